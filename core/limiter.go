@@ -1,0 +1,221 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Errors returned by Limiter. A denial is not an error: it is a Result with
+// Allowed false.
+var (
+	// ErrNoClient is returned by every call of a Limiter made with a nil client.
+	ErrNoClient = errors.New("core: nil redis client")
+	// ErrInvalidCost is returned for n <= 0, and for n above the Limit's
+	// capacity, which could never be admitted.
+	ErrInvalidCost = errors.New("core: invalid cost")
+	// ErrBadReply is returned when Redis answers with something the scripts
+	// never send (a proxy in the way, or a script of another version).
+	ErrBadReply = errors.New("core: unexpected reply from redis")
+)
+
+// DefaultTimeout bounds one decision unless WithTimeout says otherwise. A
+// healthy Redis answers in well under a millisecond; the bound is what a
+// request pays when Redis is slow or gone.
+const DefaultTimeout = 50 * time.Millisecond
+
+// DefaultPrefix starts every key the Limiter writes.
+const DefaultPrefix = "ratelimit"
+
+// Result is the outcome of one decision. A worked example, for a token bucket
+// of Rate 10 per second (Burst 10) that has just admitted its 10th request in
+// one instant: Allowed true, Limit 10, Remaining 0, RetryAfter 0, ResetAfter
+// 1s (the bucket is full again in one second). The 11th request in that
+// instant gets Allowed false, Remaining 0, RetryAfter 100ms (one token takes
+// a tenth of a second to refill), ResetAfter 1s.
+type Result struct {
+	// Allowed reports whether the request may proceed (after Delay).
+	Allowed bool
+	// Limit is the quota's capacity: Limit.Capacity().
+	Limit int
+	// Remaining is how many units could still be admitted right now, after
+	// this request. 0 <= Remaining <= Limit.
+	Remaining int
+	// RetryAfter is 0 when Allowed, else the exact wait until the same cost
+	// could be admitted, assuming no other traffic.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the quota is whole again (Remaining ==
+	// Limit), assuming no other traffic.
+	ResetAfter time.Duration
+	// Delay is how long an admitted LeakyBucket request must wait before it
+	// proceeds, so that requests leave at an even pace. 0 otherwise.
+	Delay time.Duration
+}
+
+// Limiter decides, for a key and a Limit, whether a request may proceed.
+// Every decision is one atomic Lua script in Redis, timed by Redis' own
+// clock, so any number of Limiters on any number of hosts share one limit
+// per key exactly. A Limiter is safe for concurrent use.
+type Limiter struct {
+	rdb     redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+	// detach runs Redis calls on their own goroutine, for clients that do not
+	// honour context deadlines on the socket (ContextTimeoutEnabled unset),
+	// so that the timeout still bounds the caller.
+	detach bool
+}
+
+// Option configures a Limiter.
+type Option func(*Limiter)
+
+// WithPrefix sets the prefix of every Redis key ("<prefix>:{<key>}:<alg>").
+// Braces in it are escaped so they cannot become the hash tag.
+// Default: DefaultPrefix.
+func WithPrefix(prefix string) Option {
+	return func(l *Limiter) { l.prefix = strings.NewReplacer("{", "%7B", "}", "%7D").Replace(prefix) }
+}
+
+// WithTimeout bounds each decision, on top of the caller's context; d <= 0
+// leaves only the caller's context. Default: DefaultTimeout.
+func WithTimeout(d time.Duration) Option {
+	return func(l *Limiter) { l.timeout = d }
+}
+
+// New returns a Limiter that keeps its state in rdb: a *redis.Client, a
+// failover (Sentinel) client, a *redis.ClusterClient or a *redis.Ring.
+//
+// go-redis only honours context deadlines on the socket when the client is
+// made with ContextTimeoutEnabled; without it, the Limiter waits for Redis on
+// a separate goroutine so that its timeout still holds, at the cost of a
+// goroutine per call. Set ContextTimeoutEnabled for the fast path.
+func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
+	l := &Limiter{rdb: rdb, prefix: DefaultPrefix, timeout: DefaultTimeout}
+	for _, opt := range opts {
+		opt(l)
+	}
+	l.detach = !honoursDeadlines(rdb)
+	return l
+}
+
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// Allow is AllowN(ctx, key, limit, 1).
+func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.AllowN(ctx, key, limit, 1)
+}
+
+// AllowN decides whether a request that costs n units may proceed now, and
+// consumes n if it may. It makes one round trip to Redis. A denial is a
+// Result with Allowed false; the error is for invalid arguments and Redis
+// failures (including the timeout), when the Result is zero.
+func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	return l.run(ctx, key, limit, n, false)
+}
+
+// Peek reports what Allow would decide now, without consuming anything:
+// Remaining is what is left before the request, RetryAfter the wait for one.
+func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
+	return l.run(ctx, key, limit, 1, true)
+}
+
+// Reset forgets key's state for limit's algorithm, so its quota is whole.
+func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
+	if err := l.check(key, limit); err != nil {
+		return err
+	}
+	return l.call(ctx, func(ctx context.Context) (any, error) {
+		return nil, l.rdb.Del(ctx, redisKey(l.prefix, key, limit.Algorithm)).Err()
+	}, nil)
+}
+
+func (l *Limiter) check(key string, limit Limit) error {
+	if l.rdb == nil {
+		return ErrNoClient
+	}
+	if key == "" {
+		return ErrEmptyKey
+	}
+	return limit.Validate()
+}
+
+func (l *Limiter) run(ctx context.Context, key string, limit Limit, n int, peek bool) (Result, error) {
+	if l.rdb == nil {
+		return Result{}, ErrNoClient
+	}
+	if key == "" {
+		return Result{}, ErrEmptyKey
+	}
+	p, err := limit.params()
+	if err != nil {
+		return Result{}, err
+	}
+	if n <= 0 || int64(n) > p.capacity {
+		return Result{}, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the %s capacity)", ErrInvalidCost, n, p.capacity, limit.Algorithm)
+	}
+	keys := []string{redisKey(l.prefix, key, limit.Algorithm)}
+	args := scriptArgs(limit.Algorithm, p, n, peek)
+	var res Result
+	err = l.call(ctx, func(ctx context.Context) (any, error) {
+		return scripts[limit.Algorithm].Run(ctx, l.rdb, keys, args...).Result()
+	}, func(v any) error {
+		res, err = parseReply(v, int(p.capacity))
+		return err
+	})
+	return res, err
+}
+
+type reply struct {
+	v   any
+	err error
+}
+
+// call runs do against Redis within the Limiter's timeout and hands a
+// successful reply to parse (if not nil).
+func (l *Limiter) call(ctx context.Context, do func(context.Context) (any, error), parse func(any) error) error {
+	if l.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		defer cancel()
+	}
+	var r reply
+	if l.detach {
+		ch := make(chan reply, 1)
+		go func() {
+			v, err := do(ctx)
+			ch <- reply{v, err}
+		}()
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+	} else {
+		r.v, r.err = do(ctx)
+	}
+	if r.err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
+			// go-redis reports a deadline on the socket as an i/o timeout.
+			return fmt.Errorf("core: redis: %w (%v)", ctxErr, r.err)
+		}
+		return fmt.Errorf("core: redis: %w", r.err)
+	}
+	if parse == nil {
+		return nil
+	}
+	return parse(r.v)
+}

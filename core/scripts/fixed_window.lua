@@ -1,0 +1,51 @@
+-- Fixed window: at most rate units per window of length period. Windows are
+-- aligned to the Unix epoch, so every instance agrees on where one starts.
+--
+-- KEYS[1]  hash {s = window start µs, c = units admitted in it}
+-- ARGV[1]  period, µs
+-- ARGV[2]  rate, units per window
+-- ARGV[3]  n, units this request costs (1 <= n <= rate)
+-- ARGV[4]  "1" to peek: decide, but count and write nothing
+-- Reply    {allowed 0|1, remaining units, retry_after µs, reset_after µs, 0}
+--
+-- The counter lives in one hash with the window start, not in a key per
+-- window, so a clock step back keeps counting in the later window and a
+-- longer period extends the current window instead of opening a fresh one.
+local key = KEYS[1]
+local period = tonumber(ARGV[1])
+local rate = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local peek = ARGV[4] == '1'
+
+local time = redis.call('TIME')
+local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local now = clock
+
+local start = math.floor(now / period) * period
+local count = 0
+local state = redis.call('HMGET', key, 's', 'c')
+if state[1] then
+  local last = tonumber(state[1])
+  if last > now then now = last end
+  if now < last + period then
+    start = last
+    count = tonumber(state[2])
+  else
+    start = math.max(math.floor(now / period) * period, last + period)
+  end
+end
+
+local allowed = count + n <= rate
+if allowed and not peek then count = count + n end
+
+local window_end = start + period - now
+local retry = 0
+if not allowed then retry = window_end end
+local reset = 0
+if count > 0 then reset = window_end end
+
+if allowed and not peek then
+  redis.call('HSET', key, 's', start, 'c', count)
+  redis.call('PEXPIRE', key, math.max(1, math.ceil((start + period - clock) / 1000)))
+end
+return {allowed and 1 or 0, math.max(0, rate - count), retry, reset, 0}
