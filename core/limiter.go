@@ -54,6 +54,12 @@ type Result struct {
 	// Delay is how long an admitted LeakyBucket request must wait before it
 	// proceeds, so that requests leave at an even pace. 0 otherwise.
 	Delay time.Duration
+	// Cached reports a denial answered by the local deny cache (see
+	// WithDenyCache) without asking Redis.
+	Cached bool
+	// Fallback reports a decision made by the in-process fallback limiter
+	// (see WithLocalFallback) because Redis could not answer.
+	Fallback bool
 }
 
 // Limiter decides, for a key and a Limit, whether a request may proceed.

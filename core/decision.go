@@ -1,0 +1,412 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Request is what the decision step reads from an HTTP request. Each adapter
+// implements it over its framework's request type; all the logic that turns a
+// request into a decision and a response lives here, once.
+type Request interface {
+	// Context is the request's context: it bounds the decision and any wait.
+	Context() context.Context
+	// RemoteAddr is the peer's address, "ip:port" as net/http gives it.
+	RemoteAddr() string
+	// Header returns the named request header, "" if absent.
+	Header(name string) string
+	// Method is the HTTP method.
+	Method() string
+	// Route is the matched route pattern where the framework knows one
+	// ("/users/:id"), else the URL path.
+	Route() string
+}
+
+// KeyFunc returns the key a request is limited by. An error (or an empty key)
+// means the request cannot be keyed; the Policy then applies its fail policy
+// and reports the error.
+type KeyFunc func(Request) (string, error)
+
+// KeyByIP keys requests by client IP as c resolves it (see ClientIP). A nil
+// c is the secure default: the peer address, IPv6 grouped by /64.
+func KeyByIP(c *ClientIP) KeyFunc {
+	if c == nil {
+		c = &ClientIP{}
+	}
+	return func(r Request) (string, error) {
+		ip, err := c.Key(r.RemoteAddr(), r.Header)
+		return "ip:" + ip, err
+	}
+}
+
+// KeyByHeader keys requests by the value of a header (an API key, a tenant),
+// and requests without it by fallback (typically KeyByIP), or refuses them
+// when fallback is nil. Values are bounded by the Limiter, which hashes keys
+// longer than MaxKeyLen.
+func KeyByHeader(name string, fallback KeyFunc) KeyFunc {
+	prefix := "h:" + http.CanonicalHeaderKey(name) + ":"
+	return func(r Request) (string, error) {
+		if v := r.Header(name); v != "" {
+			return prefix + v, nil
+		}
+		if fallback == nil {
+			return "", fmt.Errorf("core: request has no %s header", name)
+		}
+		return fallback(r)
+	}
+}
+
+// KeyByRoute keys requests by method and route, so each route has one limit
+// shared by all clients.
+func KeyByRoute() KeyFunc {
+	return func(r Request) (string, error) {
+		return "route:" + r.Method() + " " + r.Route(), nil
+	}
+}
+
+// FailPolicy says what a request gets when the Limiter fails (Redis down,
+// slower than the timeout, or the key function failing).
+type FailPolicy uint8
+
+const (
+	// FailOpen serves the request, without rate-limit headers. Default.
+	FailOpen FailPolicy = iota
+	// FailClosed answers 503 with Retry-After: 1.
+	FailClosed
+)
+
+// ParseFailPolicy parses "open" or "closed".
+func ParseFailPolicy(s string) (FailPolicy, error) {
+	switch s {
+	case "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return 0, fmt.Errorf("core: unknown fail policy %q, want open or closed", s)
+}
+
+// HeaderStyle selects the rate-limit response headers.
+type HeaderStyle uint8
+
+const (
+	// HeadersXRateLimit sends X-RateLimit-Limit, X-RateLimit-Remaining and
+	// X-RateLimit-Reset (Unix epoch seconds when the quota is whole again,
+	// as GitHub does). Default.
+	HeadersXRateLimit HeaderStyle = iota
+	// HeadersIETF sends the RateLimit-Policy and RateLimit fields of
+	// draft-ietf-httpapi-ratelimit-headers (structured fields; t is seconds
+	// until the quota is whole again).
+	HeadersIETF
+	// HeadersBoth sends both sets.
+	HeadersBoth
+	// HeadersNone sends neither; denials still carry Retry-After.
+	HeadersNone
+)
+
+// ParseHeaderStyle parses "xratelimit", "ietf", "both" or "none".
+func ParseHeaderStyle(s string) (HeaderStyle, error) {
+	for i, name := range [...]string{"xratelimit", "ietf", "both", "none"} {
+		if s == name {
+			return HeaderStyle(i), nil
+		}
+	}
+	return 0, fmt.Errorf("core: unknown header style %q, want xratelimit, ietf, both or none", s)
+}
+
+// Policy is the shared decision step of the HTTP adapters: it keys a
+// request, asks the Limiter, waits out a LeakyBucket delay, applies the fail
+// policy, and says what to answer. Build one with NewPolicy.
+type Policy struct {
+	// Limiter decides. Required.
+	Limiter *Limiter
+	// Name namespaces the keys of this policy, so two middlewares on one app
+	// never share counters by accident, and names the IETF policy.
+	// Default: "http".
+	Name string
+	// Limit applies to every request, unless LimitFunc chooses another.
+	// Required unless LimitFunc is set.
+	Limit Limit
+	// LimitFunc, if set, chooses the Limit per request (per route, per
+	// tenant); its second result false means "use Limit".
+	LimitFunc func(Request) (Limit, bool)
+	// Key chooses the key. Default: KeyByIP(nil), the peer address.
+	Key KeyFunc
+	// Cost, if set, says how many units a request costs. Default: 1.
+	Cost func(Request) int
+	// Headers selects the response headers. Default: HeadersXRateLimit.
+	Headers HeaderStyle
+	// Fail is what happens when the Limiter fails. Default: FailOpen.
+	Fail FailPolicy
+	// DryRun decides, counts and sends headers but never denies: for rolling
+	// a limit out safely. Denials still reach Observer and OnError is not
+	// involved.
+	DryRun bool
+	// MaxWait caps how long a LeakyBucket request is held before it
+	// proceeds; one that would wait longer is denied without using capacity.
+	// Default (0): the Limit's own MaxDelay.
+	MaxWait time.Duration
+	// OnError, if set, is told of every failure (Redis, timeout, key).
+	OnError func(Request, error)
+	// Observer, if set, is told of every decision (for metrics).
+	Observer Observer
+
+	policyField string // the quoted IETF policy name
+}
+
+// Observer is told of every decision. It must be safe for concurrent use and
+// fast: it runs on the request path. The metrics packages implement it.
+type Observer interface {
+	Observe(Event)
+}
+
+// Event describes one decision, for an Observer. It carries no key: keys
+// are unbounded, and metric labels must not be.
+type Event struct {
+	// Policy is the Policy's Name.
+	Policy string
+	// Algorithm is the Limit's algorithm.
+	Algorithm Algorithm
+	// Outcome is what the request got.
+	Outcome Outcome
+	// Latency is how long the Limiter took (without a LeakyBucket wait).
+	Latency time.Duration
+	// Err is the failure, for OutcomeFailedOpen and OutcomeFailedClosed.
+	Err error
+	// Result is the Limiter's answer (zero on failure).
+	Result Result
+}
+
+// NewPolicy checks p and fills in its defaults. Adapters call it once, at
+// start-up.
+func NewPolicy(p Policy) (*Policy, error) {
+	if p.Limiter == nil {
+		return nil, errors.New("core: Policy.Limiter is nil")
+	}
+	if p.LimitFunc == nil {
+		if err := p.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("core: Policy.Limit: %w", err)
+		}
+	}
+	if p.Name == "" {
+		p.Name = "http"
+	}
+	if p.Key == nil {
+		p.Key = KeyByIP(nil)
+	}
+	if p.Headers > HeadersNone {
+		return nil, fmt.Errorf("core: Policy.Headers %d is unknown", p.Headers)
+	}
+	if p.Fail > FailClosed {
+		return nil, fmt.Errorf("core: Policy.Fail %d is unknown", p.Fail)
+	}
+	if p.MaxWait < 0 {
+		return nil, fmt.Errorf("core: Policy.MaxWait must be >= 0, got %v", p.MaxWait)
+	}
+	p.policyField = strconv.Quote(strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, p.Name))
+	return &p, nil
+}
+
+// Outcome is what a request gets from a Decision.
+type Outcome uint8
+
+const (
+	// OutcomeAllowed: the request proceeds, with rate-limit headers.
+	OutcomeAllowed Outcome = iota
+	// OutcomeDenied: 429, unless the Policy is a dry run.
+	OutcomeDenied
+	// OutcomeFailedOpen: the Limiter failed; the request proceeds without
+	// rate-limit headers.
+	OutcomeFailedOpen
+	// OutcomeFailedClosed: the Limiter failed; 503.
+	OutcomeFailedClosed
+	// OutcomeCanceled: the request's context ended while it waited for its
+	// LeakyBucket delay; nobody is there to answer.
+	OutcomeCanceled
+)
+
+var outcomeNames = [...]string{"allowed", "denied", "failed_open", "failed_closed", "canceled"}
+
+// String returns the outcome's snake_case name, as used in metric labels.
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Decision is the Policy's answer for one request.
+type Decision struct {
+	// Outcome is what the request gets.
+	Outcome Outcome
+	// Result is the Limiter's answer (zero when it failed).
+	Result Result
+	// Limit is the Limit that was applied.
+	Limit Limit
+	// Err is the failure behind OutcomeFailedOpen, OutcomeFailedClosed and
+	// OutcomeCanceled.
+	Err error
+
+	policy *Policy
+	now    time.Time
+}
+
+// Decide keys r, asks the Limiter, and, for an admitted LeakyBucket request,
+// waits out its Delay (or until r's context ends).
+func (p *Policy) Decide(r Request) Decision {
+	d := Decision{policy: p, Limit: p.Limit}
+	if p.LimitFunc != nil {
+		if l, ok := p.LimitFunc(r); ok {
+			d.Limit = l
+		}
+	}
+	if p.MaxWait > 0 && d.Limit.Algorithm == LeakyBucket {
+		d.Limit.MaxDelay = p.MaxWait
+	}
+	cost := 1
+	if p.Cost != nil {
+		cost = p.Cost(r)
+	}
+	ctx := r.Context()
+	start := time.Now()
+	key, err := p.Key(r)
+	if err == nil {
+		d.Result, err = p.Limiter.AllowN(ctx, p.Name+":"+key, d.Limit, cost)
+	}
+	d.now = time.Now()
+	switch {
+	case err != nil:
+		d.Err = err
+		d.Outcome = OutcomeFailedOpen
+		// A cost or Limit that can never be admitted is a caller error, not
+		// an outage: serving it would let a huge or negative cost through.
+		if p.Fail == FailClosed || errors.Is(err, ErrInvalidCost) || errors.Is(err, ErrInvalidLimit) {
+			d.Outcome = OutcomeFailedClosed
+		}
+		if p.OnError != nil {
+			p.OnError(r, err)
+		}
+	case !d.Result.Allowed:
+		d.Outcome = OutcomeDenied
+	}
+	if p.Observer != nil {
+		p.Observer.Observe(Event{Policy: p.Name, Algorithm: d.Limit.Algorithm, Outcome: d.Outcome,
+			Latency: d.now.Sub(start), Err: d.Err, Result: d.Result})
+	}
+	if d.Outcome == OutcomeAllowed && d.Result.Delay > 0 {
+		if err := sleep(ctx, d.Result.Delay); err != nil {
+			d.Outcome, d.Err = OutcomeCanceled, err
+		}
+	}
+	return d
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Proceed reports whether the request should go on to the handler.
+func (d *Decision) Proceed() bool {
+	switch d.Outcome {
+	case OutcomeAllowed, OutcomeFailedOpen:
+		return true
+	case OutcomeDenied:
+		return d.policy.DryRun
+	}
+	return false
+}
+
+// Status is the HTTP status to answer when the request does not proceed:
+// 429 when denied, 503 when the Limiter failed closed, 499 (client closed
+// request) when it gave up waiting; 0 when it proceeds.
+func (d *Decision) Status() int {
+	if d.Proceed() {
+		return 0
+	}
+	switch d.Outcome {
+	case OutcomeDenied:
+		return http.StatusTooManyRequests
+	case OutcomeFailedClosed:
+		return http.StatusServiceUnavailable
+	}
+	return 499
+}
+
+// RetryAfter is the Retry-After value in whole seconds, rounded up and at
+// least 1, so a client that obeys it never comes back too early; 0 when the
+// request proceeds.
+func (d *Decision) RetryAfter() int64 {
+	switch {
+	case d.Proceed():
+		return 0
+	case d.Outcome == OutcomeDenied:
+		return max(1, ceilSeconds(d.Result.RetryAfter))
+	}
+	return 1
+}
+
+// WriteHeaders writes the response headers of the decision through set,
+// which every framework has in this shape (http.Header.Set, gin's c.Header,
+// echo's Response().Header().Set, fiber's c.Set).
+func (d *Decision) WriteHeaders(set func(name, value string)) {
+	p := d.policy
+	if d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied {
+		r := d.Result
+		if p.Headers == HeadersXRateLimit || p.Headers == HeadersBoth {
+			set("X-RateLimit-Limit", strconv.Itoa(r.Limit))
+			set("X-RateLimit-Remaining", strconv.Itoa(r.Remaining))
+			reset := (d.now.UnixNano() + int64(r.ResetAfter) + int64(time.Second) - 1) / int64(time.Second)
+			set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
+		}
+		if p.Headers == HeadersIETF || p.Headers == HeadersBoth {
+			w := max(1, ceilSeconds(d.Limit.Period))
+			set("RateLimit-Policy", p.policyField+";q="+strconv.Itoa(r.Limit)+";w="+strconv.FormatInt(w, 10))
+			set("RateLimit", p.policyField+";r="+strconv.Itoa(r.Remaining)+";t="+strconv.FormatInt(ceilSeconds(r.ResetAfter), 10))
+		}
+	}
+	if s := d.RetryAfter(); s > 0 {
+		set("Retry-After", strconv.FormatInt(s, 10))
+	}
+}
+
+// ContentType is the type of Body.
+const ContentType = "application/json"
+
+// Body is the default JSON body of a request that does not proceed:
+// {"error":"rate limit exceeded","retry_after":N} when denied, with N equal
+// to Retry-After, {"error":"rate limiter unavailable"} when the Limiter
+// failed closed. nil when the request proceeds.
+func (d *Decision) Body() []byte {
+	switch {
+	case d.Proceed():
+		return nil
+	case d.Outcome == OutcomeDenied:
+		b := append(make([]byte, 0, 64), `{"error":"rate limit exceeded","retry_after":`...)
+		b = strconv.AppendInt(b, d.RetryAfter(), 10)
+		return append(b, '}')
+	case d.Outcome == OutcomeFailedClosed:
+		return []byte(`{"error":"rate limiter unavailable"}`)
+	}
+	return []byte(`{"error":"request canceled"}`)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
