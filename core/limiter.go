@@ -73,7 +73,10 @@ type Limiter struct {
 	// detach runs Redis calls on their own goroutine, for clients that do not
 	// honour context deadlines on the socket (ContextTimeoutEnabled unset),
 	// so that the timeout still bounds the caller.
-	detach bool
+	detach   bool
+	breaker  breaker
+	denied   *denyCache    // nil unless WithDenyCache
+	fallback *localLimiter // nil unless WithLocalFallback
 }
 
 // Option configures a Limiter.
@@ -100,7 +103,8 @@ func WithTimeout(d time.Duration) Option {
 // a separate goroutine so that its timeout still holds, at the cost of a
 // goroutine per call. Set ContextTimeoutEnabled for the fast path.
 func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
-	l := &Limiter{rdb: rdb, prefix: DefaultPrefix, timeout: DefaultTimeout}
+	l := &Limiter{rdb: rdb, prefix: DefaultPrefix, timeout: DefaultTimeout,
+		breaker: breaker{failures: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown}}
 	for _, opt := range opts {
 		opt(l)
 	}
@@ -144,8 +148,15 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	if err := l.check(key, limit); err != nil {
 		return err
 	}
+	rkey := redisKey(l.prefix, key, limit.Algorithm)
+	if l.denied != nil {
+		l.denied.forget(rkey)
+	}
+	if l.fallback != nil {
+		l.fallback.forget(rkey)
+	}
 	return l.call(ctx, func(ctx context.Context) (any, error) {
-		return nil, l.rdb.Del(ctx, redisKey(l.prefix, key, limit.Algorithm)).Err()
+		return nil, l.rdb.Del(ctx, rkey).Err()
 	}, nil)
 }
 
@@ -173,16 +184,37 @@ func (l *Limiter) run(ctx context.Context, key string, limit Limit, n int, peek 
 	if n <= 0 || int64(n) > p.capacity {
 		return Result{}, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the %s capacity)", ErrInvalidCost, n, p.capacity, limit.Algorithm)
 	}
-	keys := []string{redisKey(l.prefix, key, limit.Algorithm)}
-	args := scriptArgs(limit.Algorithm, p, n, peek)
+	rkey := redisKey(l.prefix, key, limit.Algorithm)
+	sent := time.Now()
+	if l.denied != nil && !peek {
+		if res, ok := l.denied.get(rkey, limit, n, sent); ok {
+			return res, nil
+		}
+	}
 	var res Result
-	err = l.call(ctx, func(ctx context.Context) (any, error) {
-		return scripts[limit.Algorithm].Run(ctx, l.rdb, keys, args...).Result()
-	}, func(v any) error {
-		res, err = parseReply(v, int(p.capacity))
-		return err
-	})
-	return res, err
+	if l.breaker.allow(sent) {
+		keys := []string{rkey}
+		args := scriptArgs(limit.Algorithm, p, n, peek)
+		err = l.call(ctx, func(ctx context.Context) (any, error) {
+			return scripts[limit.Algorithm].Run(ctx, l.rdb, keys, args...).Result()
+		}, func(v any) error {
+			res, err = parseReply(v, int(p.capacity))
+			return err
+		})
+		l.breaker.record(ctx, err, time.Now())
+	} else {
+		err = ErrUnavailable
+	}
+	if err != nil {
+		if l.fallback != nil && !peek && redisFault(ctx, err) {
+			return l.fallback.allow(rkey, limit, n, time.Now()), nil
+		}
+		return Result{}, err
+	}
+	if l.denied != nil && !res.Allowed && !peek {
+		l.denied.put(rkey, limit, n, sent, res)
+	}
+	return res, nil
 }
 
 type reply struct {

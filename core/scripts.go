@@ -3,6 +3,8 @@ package core
 import (
 	_ "embed"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,17 +23,46 @@ var (
 	fixedWindowLua string
 	//go:embed scripts/leaky_bucket.lua
 	leakyBucketLua string
+	//go:embed scripts/layers.lua
+	layersLua string
 )
 
 // scripts is indexed by Algorithm. redis.Script runs EVALSHA and falls back
 // to EVAL on NOSCRIPT (after a SCRIPT FLUSH or a failover), so the SHA is
 // computed once here and never per call.
-var scripts = [...]*redis.Script{
-	TokenBucket:          redis.NewScript(tokenBucketLua),
-	SlidingWindow:        redis.NewScript(slidingWindowLua),
-	SlidingWindowCounter: redis.NewScript(slidingWindowCounterLua),
-	FixedWindow:          redis.NewScript(fixedWindowLua),
-	LeakyBucket:          redis.NewScript(leakyBucketLua),
+var scripts = [len(sources)]*redis.Script{}
+
+var sources = [...]string{
+	TokenBucket:          tokenBucketLua,
+	SlidingWindow:        slidingWindowLua,
+	SlidingWindowCounter: slidingWindowCounterLua,
+	FixedWindow:          fixedWindowLua,
+	LeakyBucket:          leakyBucketLua,
+}
+
+func init() {
+	for a, src := range sources {
+		scripts[a] = redis.NewScript(src)
+	}
+}
+
+// layersScript decides several Limits of one caller atomically. It is
+// built from the algorithms' own scripts, each wrapped as a function, so
+// their arithmetic is written once.
+var layersScript = redis.NewScript(buildLayersScript())
+
+func buildLayersScript() string {
+	var b strings.Builder
+	b.WriteString("local algs = {}\n")
+	for a := range sources {
+		// Each script reads KEYS and ARGV and ends in a return: as the body
+		// of function(KEYS, ARGV) it runs unchanged.
+		b.WriteString("algs[" + strconv.Itoa(a+1) + "] = function(KEYS, ARGV)\n")
+		b.WriteString(sources[a])
+		b.WriteString("\nend\n")
+	}
+	b.WriteString(layersLua)
+	return b.String()
 }
 
 // scriptArgs are the ARGV of the Limit's script, in the order its header
@@ -51,6 +82,14 @@ func scriptArgs(a Algorithm, p params, n int, peek bool) []any {
 	}
 }
 
+// peekArg is the 1-based position of the peek flag in scriptArgs.
+func peekArg(a Algorithm) int {
+	if a == TokenBucket || a == LeakyBucket {
+		return 5
+	}
+	return 4
+}
+
 // parseReply turns a script's reply into a Result. It checks every type, so
 // a proxy or a changed script yields an error, never a panic.
 func parseReply(v any, capacity int) (Result, error) {
@@ -58,6 +97,10 @@ func parseReply(v any, capacity int) (Result, error) {
 	if !ok || len(vals) != 5 {
 		return Result{}, fmt.Errorf("%w: want 5 integers, got %T %v", ErrBadReply, v, v)
 	}
+	return parseInts(vals, capacity)
+}
+
+func parseInts(vals []any, capacity int) (Result, error) {
 	var ints [5]int64
 	for i, x := range vals {
 		n, ok := x.(int64)

@@ -1,0 +1,113 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ErrUnavailable is wrapped by the error of a call that did not reach Redis
+// because the circuit breaker is open: Redis failed repeatedly and the
+// Limiter is waiting out a cool-down before it tries again.
+var ErrUnavailable = errors.New("core: redis unavailable (circuit open)")
+
+// Default circuit breaker settings: see WithBreaker.
+const (
+	DefaultBreakerFailures = 5
+	DefaultBreakerCooldown = time.Second
+)
+
+// WithBreaker sets the circuit breaker: after failures consecutive Redis
+// failures (errors or timeouts), calls fail at once with ErrUnavailable for
+// cooldown; then one call probes Redis, and its success closes the circuit.
+// So a dead Redis costs requests nothing after the first few, and exact
+// limiting resumes within cooldown of Redis coming back, with no restart.
+// failures <= 0 disables the breaker. Default: DefaultBreakerFailures,
+// DefaultBreakerCooldown.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(l *Limiter) { l.breaker.failures, l.breaker.cooldown = failures, cooldown }
+}
+
+// WithLogger logs Redis becoming unavailable, the circuit opening, and Redis
+// answering again: once per change of state, never per request.
+// Default: no logging.
+func WithLogger(log *slog.Logger) Option {
+	return func(l *Limiter) { l.breaker.log = log }
+}
+
+// breaker tracks Redis health for one Limiter.
+type breaker struct {
+	failures int
+	cooldown time.Duration
+	log      *slog.Logger
+
+	mu        sync.Mutex
+	failing   bool      // the last call failed
+	streak    int       // consecutive failures
+	openUntil time.Time // zero when closed
+	probing   bool      // a probe is in flight while open
+}
+
+// allow reports whether a call may go to Redis now. While the circuit is
+// open it admits one probe per cool-down.
+func (b *breaker) allow(now time.Time) bool {
+	if b.failures <= 0 {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.openUntil.IsZero() {
+		return true
+	}
+	if now.Before(b.openUntil) || b.probing {
+		return false
+	}
+	b.probing = true
+	return true
+}
+
+// record notes the outcome of a call that went to Redis. Failures of the
+// caller's own making (its context ended) say nothing about Redis.
+func (b *breaker) record(ctx context.Context, err error, now time.Time) {
+	if err != nil && !redisFault(ctx, err) {
+		err = nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.probing = false
+	if err == nil {
+		if b.failing && b.log != nil {
+			b.log.Info("redlimit: redis answers again; exact limiting resumed")
+		}
+		b.failing, b.streak, b.openUntil = false, 0, time.Time{}
+		return
+	}
+	b.streak++
+	if !b.failing && b.log != nil {
+		b.log.Warn("redlimit: redis call failed", "err", err)
+	}
+	b.failing = true
+	if b.failures > 0 && b.streak >= b.failures {
+		if b.openUntil.IsZero() && b.log != nil {
+			b.log.Warn("redlimit: circuit open: not calling redis during cool-down",
+				"failures", b.streak, "cooldown", b.cooldown)
+		}
+		b.openUntil = now.Add(b.cooldown)
+	}
+}
+
+// redisFault reports whether err means Redis failed (rather than the call
+// being wrong, or the caller giving up).
+func redisFault(ctx context.Context, err error) bool {
+	switch {
+	case errors.Is(err, ErrInvalidCost), errors.Is(err, ErrInvalidLimit),
+		errors.Is(err, ErrEmptyKey), errors.Is(err, ErrNoClient):
+		return false
+	case ctx.Err() != nil:
+		// The caller's context ended, not our timeout.
+		return false
+	}
+	return true
+}

@@ -1,0 +1,79 @@
+package core
+
+import (
+	"sync"
+	"time"
+)
+
+// WithDenyCache remembers, on this instance, each key that Redis denied,
+// until its RetryAfter has passed, and denies further requests for it
+// locally, with the same headers and without a round trip. Under abusive
+// traffic on a few keys this takes most of the load off Redis.
+//
+// It never denies what Redis would admit: the remembered wait is counted
+// from before the request was sent, it applies only to the same Limit and to
+// costs at least as large, and Reset forgets it. A Reset done by another
+// instance is not seen: the key stays denied here until its RetryAfter ends,
+// as it would have been without the Reset. At most maxKeys keys are
+// remembered. Default: off.
+func WithDenyCache(maxKeys int) Option {
+	return func(l *Limiter) {
+		if maxKeys > 0 {
+			l.denied = &denyCache{max: maxKeys, m: make(map[string]denial)}
+		}
+	}
+}
+
+type denyCache struct {
+	max int
+	mu  sync.Mutex
+	m   map[string]denial
+}
+
+type denial struct {
+	limit Limit
+	n     int
+	until time.Time // monotonic
+	res   Result
+}
+
+// get returns a cached denial of key for a request of cost n under limit.
+func (c *denyCache) get(key string, limit Limit, n int, now time.Time) (Result, bool) {
+	c.mu.Lock()
+	d, ok := c.m[key]
+	c.mu.Unlock()
+	if !ok || d.limit != limit || n < d.n || !now.Before(d.until) {
+		return Result{}, false
+	}
+	r := d.res
+	r.Cached = true
+	r.RetryAfter = d.until.Sub(now)
+	r.ResetAfter = max(r.RetryAfter, r.ResetAfter-now.Sub(d.until.Add(-d.res.RetryAfter)))
+	return r, true
+}
+
+// put remembers a denial that Redis decided for a request sent at sent.
+func (c *denyCache) put(key string, limit Limit, n int, sent time.Time, r Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		for k, d := range c.m {
+			if !sent.Before(d.until) {
+				delete(c.m, k)
+			}
+		}
+		for k := range c.m {
+			if len(c.m) < c.max {
+				break
+			}
+			delete(c.m, k)
+		}
+	}
+	c.m[key] = denial{limit: limit, n: n, until: sent.Add(r.RetryAfter), res: r}
+}
+
+func (c *denyCache) forget(key string) {
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
+}

@@ -1,0 +1,47 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Wait is WaitN(ctx, key, limit, 1).
+func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
+	return l.WaitN(ctx, key, limit, 1)
+}
+
+// WaitN blocks until a request of cost n is admitted (and, for LeakyBucket,
+// its Delay has passed), or ctx ends, for workers and outbound API clients
+// that must not exceed a shared limit. It sleeps for the RetryAfter Redis
+// returns instead of polling, and gives up at once, with an error, when ctx's
+// deadline would pass before the wait ends.
+func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
+	if dl, ok := ctx.Deadline(); ok && limit.Algorithm == LeakyBucket {
+		// Never take a place in the queue that the deadline cannot wait for.
+		if left := time.Until(dl); limit.MaxDelay == 0 || left < limit.MaxDelay {
+			limit.MaxDelay = max(left, time.Microsecond)
+		}
+	}
+	for {
+		r, err := l.AllowN(ctx, key, limit, n)
+		if err != nil {
+			return err
+		}
+		wait := r.RetryAfter
+		if r.Allowed {
+			wait = r.Delay
+		}
+		if wait > 0 {
+			if dl, ok := ctx.Deadline(); ok && !r.Allowed && time.Until(dl) < wait {
+				return fmt.Errorf("core: wait of %v for %q would exceed the context deadline: %w", wait, key, context.DeadlineExceeded)
+			}
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+		if r.Allowed {
+			return nil
+		}
+	}
+}
