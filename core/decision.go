@@ -135,6 +135,20 @@ type Policy struct {
 	// LimitFunc, if set, chooses the Limit per request (per route, per
 	// tenant); its second result false means "use Limit".
 	LimitFunc func(Request) (Limit, bool)
+	// Layers are further limits on the same key, decided atomically with
+	// Limit in one round trip (e.g. Limit 10 per second, Layers 1000 per
+	// hour): a request is admitted only if all admit, and consumes from all.
+	// Headers report the strictest layer; the IETF fields list every layer
+	// as its own policy ("<Name>-0", "<Name>-1", ...). Default: none.
+	Layers []Limit
+	// Global, if set, is a ceiling shared by all keys (e.g. 5000 per second
+	// for the whole API). It is decided after the key's layers admit, as a
+	// separate round trip on its own key: on a Redis Cluster one key for
+	// everyone lives on one shard, so checking it only for requests the
+	// key's layers admit keeps that shard's load to the admitted rate. A
+	// request the Global denies has still used its key's quota.
+	// Default: none.
+	Global *Limit
 	// Key chooses the key. Default: KeyByIP(nil), the peer address.
 	Key KeyFunc
 	// Cost, if set, says how many units a request costs. Default: 1.
@@ -191,6 +205,16 @@ func NewPolicy(p Policy) (*Policy, error) {
 	if p.LimitFunc == nil {
 		if err := p.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("core: Policy.Limit: %w", err)
+		}
+	}
+	for i, l := range p.Layers {
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("core: Policy.Layers[%d]: %w", i, err)
+		}
+	}
+	if p.Global != nil {
+		if err := p.Global.Validate(); err != nil {
+			return nil, fmt.Errorf("core: Policy.Global: %w", err)
 		}
 	}
 	if p.Name == "" {
@@ -256,6 +280,9 @@ type Decision struct {
 	// Err is the failure behind OutcomeFailedOpen, OutcomeFailedClosed and
 	// OutcomeCanceled.
 	Err error
+	// Layers holds every layer's Result when the Policy has Layers; Result
+	// is then the strictest of them (or the Global's denial).
+	Layers []Result
 
 	policy *Policy
 	now    time.Time
@@ -281,7 +308,7 @@ func (p *Policy) Decide(r Request) Decision {
 	start := time.Now()
 	key, err := p.Key(r)
 	if err == nil {
-		d.Result, err = p.Limiter.AllowN(ctx, p.Name+":"+key, d.Limit, cost)
+		err = p.decide(ctx, &d, key, cost)
 	}
 	d.now = time.Now()
 	switch {
@@ -309,6 +336,25 @@ func (p *Policy) Decide(r Request) Decision {
 		}
 	}
 	return d
+}
+
+func (p *Policy) decide(ctx context.Context, d *Decision, key string, cost int) error {
+	var err error
+	if len(p.Layers) == 0 {
+		d.Result, err = p.Limiter.AllowN(ctx, p.Name+":"+key, d.Limit, cost)
+	} else {
+		limits := append(append(make([]Limit, 0, 1+len(p.Layers)), d.Limit), p.Layers...)
+		d.Layers, err = p.Limiter.AllowLayers(ctx, p.Name+":"+key, limits, cost)
+		d.Result = Strictest(d.Layers)
+	}
+	if err != nil || !d.Result.Allowed || p.Global == nil {
+		return err
+	}
+	g, err := p.Limiter.AllowN(ctx, p.Name+"|global", *p.Global, cost)
+	if err == nil && !g.Allowed {
+		d.Result = g
+	}
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -376,14 +422,47 @@ func (d *Decision) WriteHeaders(set func(name, value string)) {
 			set("X-RateLimit-Reset", strconv.FormatInt(reset, 10))
 		}
 		if p.Headers == HeadersIETF || p.Headers == HeadersBoth {
-			w := max(1, ceilSeconds(d.Limit.Period))
-			set("RateLimit-Policy", p.policyField+";q="+strconv.Itoa(r.Limit)+";w="+strconv.FormatInt(w, 10))
-			set("RateLimit", p.policyField+";r="+strconv.Itoa(r.Remaining)+";t="+strconv.FormatInt(ceilSeconds(r.ResetAfter), 10))
+			d.writeIETF(set)
 		}
 	}
 	if s := d.RetryAfter(); s > 0 {
 		set("Retry-After", strconv.FormatInt(s, 10))
 	}
+}
+
+// writeIETF writes the draft-ietf-httpapi-ratelimit-headers fields: one
+// policy, or one per layer, each a structured-field list member.
+func (d *Decision) writeIETF(set func(name, value string)) {
+	p := d.policy
+	if len(d.Layers) == 0 {
+		set("RateLimit-Policy", ietfPolicy(p.policyField, d.Result.Limit, d.Limit.Period))
+		set("RateLimit", ietfState(p.policyField, d.Result))
+		return
+	}
+	var pol, state strings.Builder
+	for i, r := range d.Layers {
+		period := d.Limit.Period
+		if i > 0 {
+			period = p.Layers[i-1].Period
+		}
+		name := p.policyField[:len(p.policyField)-1] + "-" + strconv.Itoa(i) + `"`
+		if i > 0 {
+			pol.WriteString(", ")
+			state.WriteString(", ")
+		}
+		pol.WriteString(ietfPolicy(name, r.Limit, period))
+		state.WriteString(ietfState(name, r))
+	}
+	set("RateLimit-Policy", pol.String())
+	set("RateLimit", state.String())
+}
+
+func ietfPolicy(name string, quota int, period time.Duration) string {
+	return name + ";q=" + strconv.Itoa(quota) + ";w=" + strconv.FormatInt(max(1, ceilSeconds(period)), 10)
+}
+
+func ietfState(name string, r Result) string {
+	return name + ";r=" + strconv.Itoa(r.Remaining) + ";t=" + strconv.FormatInt(ceilSeconds(r.ResetAfter), 10)
 }
 
 // ContentType is the type of Body.
