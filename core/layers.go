@@ -50,7 +50,7 @@ func (l *Limiter) AllowLayers(ctx context.Context, key string, limits []Limit, n
 	}
 	var out []Result
 	err := l.call(ctx, func(ctx context.Context) (any, error) {
-		return layersScript.Run(ctx, l.rdb, keys, args...).Result()
+		return layersScript.Run(ctx, l.run, keys, args...).Result()
 	}, func(v any) error {
 		vals, ok := v.([]any)
 		if !ok || len(vals) != 1+5*len(limits) {
