@@ -202,7 +202,7 @@ func NewPolicy(p Policy) (*Policy, error) {
 	if p.Limiter == nil {
 		return nil, errors.New("core: Policy.Limiter is nil")
 	}
-	if p.LimitFunc == nil {
+	if p.LimitFunc == nil || p.Limit != (Limit{}) {
 		if err := p.Limit.Validate(); err != nil {
 			return nil, fmt.Errorf("core: Policy.Limit: %w", err)
 		}
