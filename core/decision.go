@@ -188,7 +188,7 @@ type Event struct {
 	Algorithm Algorithm
 	// Outcome is what the request got.
 	Outcome Outcome
-	// Latency is how long the Limiter took (without a LeakyBucket wait).
+	// Latency is how long the decision took, without a LeakyBucket wait.
 	Latency time.Duration
 	// Err is the failure, for OutcomeFailedOpen and OutcomeFailedClosed.
 	Err error
@@ -326,14 +326,14 @@ func (p *Policy) Decide(r Request) Decision {
 	case !d.Result.Allowed:
 		d.Outcome = OutcomeDenied
 	}
-	if p.Observer != nil {
-		p.Observer.Observe(Event{Policy: p.Name, Algorithm: d.Limit.Algorithm, Outcome: d.Outcome,
-			Latency: d.now.Sub(start), Err: d.Err, Result: d.Result})
-	}
 	if d.Outcome == OutcomeAllowed && d.Result.Delay > 0 {
 		if err := sleep(ctx, d.Result.Delay); err != nil {
 			d.Outcome, d.Err = OutcomeCanceled, err
 		}
+	}
+	if p.Observer != nil {
+		p.Observer.Observe(Event{Policy: p.Name, Algorithm: d.Limit.Algorithm, Outcome: d.Outcome,
+			Latency: d.now.Sub(start), Err: d.Err, Result: d.Result})
 	}
 	return d
 }

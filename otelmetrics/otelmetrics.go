@@ -1,0 +1,210 @@
+// Package otelmetrics records the decisions of a core.Policy as
+// OpenTelemetry metrics. An Observer is a core.Observer:
+//
+//	o, err := otelmetrics.New(otel.Meter("github.com/redlimit/redlimit"))
+//	if err != nil { ... }
+//	p, err := core.NewPolicy(core.Policy{Limiter: l, Limit: core.PerSecond(10), Observer: o})
+//
+// The instruments, with the default namespace "redlimit":
+//
+//	redlimit.decisions            counter {decision}  policy, algorithm, outcome
+//	redlimit.redis.errors         counter {error}     policy
+//	redlimit.decision.duration    histogram s         policy, algorithm
+//	redlimit.deny_cache.hits      counter {decision}  policy
+//	redlimit.fallback.decisions   counter {decision}  policy
+//
+// Exported to Prometheus, they become the same series as package
+// prommetrics writes (redlimit_decisions_total,
+// redlimit_decision_duration_seconds, ...). policy is the Policy's Name,
+// algorithm and outcome are core.Algorithm and core.Outcome in snake_case.
+// No instrument is given the rate-limit key as an attribute: keys are
+// unbounded, and so would the series be. Policy names should be a fixed set
+// chosen in code, not derived from requests.
+//
+// Users who do not import this package never link OpenTelemetry: core knows
+// only its own Observer interface.
+package otelmetrics
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// DefaultNamespace starts every instrument name unless WithNamespace says
+// otherwise.
+const DefaultNamespace = "redlimit"
+
+// DefaultBuckets are the explicit bucket boundaries, in seconds, advised for
+// the decision duration histogram: 100µs to 100ms. A healthy Redis decides
+// in well under a millisecond; core.DefaultTimeout (50ms) bounds a slow one.
+var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}
+
+// Attribute keys of the instruments.
+const (
+	PolicyKey    = attribute.Key("policy")
+	AlgorithmKey = attribute.Key("algorithm")
+	OutcomeKey   = attribute.Key("outcome")
+)
+
+// Option configures an Observer.
+type Option func(*config)
+
+type config struct {
+	namespace string
+	buckets   []float64
+}
+
+// WithNamespace sets the first part of every instrument name, joined by a
+// dot; "" leaves names unprefixed ("decisions"). Default: DefaultNamespace.
+func WithNamespace(ns string) Option {
+	return func(c *config) { c.namespace = ns }
+}
+
+// WithBuckets sets the bucket boundaries, in seconds, advised for the
+// decision duration histogram; a View in the SDK still overrides them.
+// Default: DefaultBuckets.
+func WithBuckets(b []float64) Option {
+	return func(c *config) { c.buckets = append([]float64(nil), b...) }
+}
+
+// Observer records the decisions it observes. It implements core.Observer;
+// one Observer may serve any number of Policies. It is safe for concurrent
+// use. Observe allocates nothing of its own once a policy has been seen: the
+// attribute sets are made once per policy.
+type Observer struct {
+	decisions   metric.Int64Counter
+	redisErrors metric.Int64Counter
+	duration    metric.Float64Histogram
+	cacheHits   metric.Int64Counter
+	fallbacks   metric.Int64Counter
+
+	// policies maps a policy name to its precomputed options. It is copied
+	// on write: policies are few and seen early, reads are on every request.
+	policies atomic.Pointer[map[string]*policyAttrs]
+	mu       sync.Mutex // serializes writers of policies
+}
+
+const (
+	numAlgorithms = int(core.LeakyBucket) + 1
+	numOutcomes   = int(core.OutcomeCanceled) + 1
+)
+
+// policyAttrs holds the measurement options of one policy, each a ready
+// variadic slice, so that Add and Record are called without building one.
+type policyAttrs struct {
+	policy    []metric.AddOption                             // {policy}
+	decisions [numAlgorithms][numOutcomes][]metric.AddOption // {policy, algorithm, outcome}
+	duration  [numAlgorithms][]metric.RecordOption           // {policy, algorithm}
+}
+
+// New makes the instruments on meter. It fails only if meter refuses one.
+func New(meter metric.Meter, opts ...Option) (*Observer, error) {
+	cfg := config{namespace: DefaultNamespace, buckets: DefaultBuckets}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	name := func(s string) string {
+		if cfg.namespace == "" {
+			return s
+		}
+		return cfg.namespace + "." + s
+	}
+	o := &Observer{}
+	var err error
+	counter := func(dst *metric.Int64Counter, n, unit, desc string) {
+		if err != nil {
+			return
+		}
+		*dst, err = meter.Int64Counter(name(n), metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			err = fmt.Errorf("otelmetrics: %s: %w", name(n), err)
+		}
+	}
+	counter(&o.decisions, "decisions", "{decision}",
+		"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled).")
+	counter(&o.redisErrors, "redis.errors", "{error}",
+		"Decisions that failed (Redis error or timeout, or a request that could not be keyed or costed), by policy.")
+	counter(&o.cacheHits, "deny_cache.hits", "{decision}",
+		"Denials answered by the local deny cache without asking Redis, by policy.")
+	counter(&o.fallbacks, "fallback.decisions", "{decision}",
+		"Decisions made by the in-process fallback limiter because Redis could not answer, by policy.")
+	if err != nil {
+		return nil, err
+	}
+	o.duration, err = meter.Float64Histogram(name("decision.duration"), metric.WithUnit("s"),
+		metric.WithDescription("Time the limiter took to decide, without any leaky-bucket wait."),
+		metric.WithExplicitBucketBoundaries(cfg.buckets...))
+	if err != nil {
+		return nil, fmt.Errorf("otelmetrics: %s: %w", name("decision.duration"), err)
+	}
+	o.policies.Store(&map[string]*policyAttrs{})
+	return o, nil
+}
+
+// Observe implements core.Observer: it records e.
+func (o *Observer) Observe(e core.Event) {
+	ctx := context.Background()
+	p := o.policy(e.Policy)
+	if int(e.Algorithm) < numAlgorithms && int(e.Outcome) < numOutcomes {
+		o.decisions.Add(ctx, 1, p.decisions[e.Algorithm][e.Outcome]...)
+		o.duration.Record(ctx, e.Latency.Seconds(), p.duration[e.Algorithm]...)
+	} else {
+		// An algorithm or outcome newer than this package: correct, not cached.
+		o.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(e.Policy),
+			AlgorithmKey.String(e.Algorithm.String()), OutcomeKey.String(e.Outcome.String())))
+		o.duration.Record(ctx, e.Latency.Seconds(), metric.WithAttributes(PolicyKey.String(e.Policy),
+			AlgorithmKey.String(e.Algorithm.String())))
+	}
+	if e.Err != nil {
+		o.redisErrors.Add(ctx, 1, p.policy...)
+	}
+	if e.Result.Cached {
+		o.cacheHits.Add(ctx, 1, p.policy...)
+	}
+	if e.Result.Fallback {
+		o.fallbacks.Add(ctx, 1, p.policy...)
+	}
+}
+
+func (o *Observer) policy(name string) *policyAttrs {
+	if p, ok := (*o.policies.Load())[name]; ok {
+		return p
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	old := *o.policies.Load()
+	if p, ok := old[name]; ok {
+		return p
+	}
+	p := newPolicyAttrs(name)
+	m := make(map[string]*policyAttrs, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[name] = p
+	o.policies.Store(&m)
+	return p
+}
+
+func newPolicyAttrs(name string) *policyAttrs {
+	pol := PolicyKey.String(name)
+	p := &policyAttrs{policy: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(pol))}}
+	for a := range numAlgorithms {
+		alg := AlgorithmKey.String(core.Algorithm(a).String())
+		p.duration[a] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(pol, alg))}
+		for out := range numOutcomes {
+			set := attribute.NewSet(pol, alg, OutcomeKey.String(core.Outcome(out).String()))
+			p.decisions[a][out] = []metric.AddOption{metric.WithAttributeSet(set)}
+		}
+	}
+	return p
+}
+
+var _ core.Observer = (*Observer)(nil)

@@ -1,0 +1,340 @@
+package otelmetrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+	"github.com/redlimit/redlimit/otelmetrics"
+)
+
+// newObserver returns an Observer on an SDK meter and the reader to collect
+// it with.
+func newObserver(t testing.TB, opts ...otelmetrics.Option) (*otelmetrics.Observer, *sdkmetric.ManualReader) {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	o, err := otelmetrics.New(mp.Meter("test"), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o, r
+}
+
+// collect returns every data point of r, keyed as `name{key="value",...}`
+// with attributes sorted; a histogram gives its count under its own name and
+// its sum under name_sum.
+func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	key := func(name string, s attribute.Set) string {
+		var kv []string
+		for _, a := range s.ToSlice() {
+			kv = append(kv, string(a.Key)+`="`+a.Value.Emit()+`"`)
+		}
+		slices.Sort(kv)
+		return name + "{" + strings.Join(kv, ",") + "}"
+	}
+	got := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if !d.IsMonotonic || d.Temporality != metricdata.CumulativeTemporality {
+					t.Errorf("%s: want a cumulative monotonic sum, got %+v", m.Name, d)
+				}
+				for _, p := range d.DataPoints {
+					got[key(m.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					got[key(m.Name, p.Attributes)] = float64(p.Count)
+					got[key(m.Name+"_sum", p.Attributes)] = p.Sum
+				}
+			default:
+				t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
+			}
+		}
+	}
+	return got
+}
+
+// checkPoints reports every point of want that r does not have at that
+// value, and every nonzero point r has that want does not name.
+func checkPoints(t *testing.T, r *sdkmetric.ManualReader, want map[string]float64) {
+	t.Helper()
+	got := collect(t, r)
+	for k, w := range want {
+		if g := got[k]; g != w {
+			t.Errorf("%s = %v, want %v", k, g, w)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok && g != 0 && !strings.Contains(k, "_sum{") {
+			t.Errorf("unexpected point %s = %v", k, g)
+		}
+	}
+}
+
+var errRedis = errors.New("core: redis: connection refused")
+
+func TestObserveSteps(t *testing.T) {
+	o, r := newObserver(t)
+	steps := []struct {
+		name  string
+		event core.Event
+		want  map[string]float64 // points that change, with their new values
+	}{
+		{"allowed", core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
+			Result: core.Result{Allowed: true, Limit: 2, Remaining: 1}},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`: 1,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:           1,
+				`redlimit.decision.duration_sum{algorithm="token_bucket",policy="api"}`:       0.0003,
+			}},
+		{"denied", core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 200 * time.Microsecond,
+			Result: core.Result{Limit: 2, RetryAfter: time.Second}},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`: 1,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:          2,
+				`redlimit.decision.duration_sum{algorithm="token_bucket",policy="api"}`:      0.0005,
+			}},
+		{"deny cache hit", core.Event{Policy: "api", Outcome: core.OutcomeDenied,
+			Result: core.Result{Limit: 2, RetryAfter: time.Second, Cached: true}},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`: 2,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:          3,
+				`redlimit.deny_cache.hits{policy="api"}`:                                     1,
+			}},
+		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: errRedis},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:               4,
+				`redlimit.decision.duration_sum{algorithm="token_bucket",policy="api"}`:           0.0505,
+				`redlimit.redis.errors{policy="api"}`:                                             1,
+			}},
+		{"fallback", core.Event{Policy: "api", Outcome: core.OutcomeAllowed,
+			Result: core.Result{Allowed: true, Limit: 2, Fallback: true}},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`: 2,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:           5,
+				`redlimit.fallback.decisions{policy="api"}`:                                   1,
+			}},
+		{"other policy and algorithm, failed closed", core.Event{Policy: "login", Algorithm: core.SlidingWindow,
+			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: errRedis},
+			map[string]float64{
+				`redlimit.decisions{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
+				`redlimit.decision.duration{algorithm="sliding_window",policy="login"}`:                 1,
+				`redlimit.decision.duration_sum{algorithm="sliding_window",policy="login"}`:             0.001,
+				`redlimit.redis.errors{policy="login"}`:                                                 1,
+			}},
+		{"canceled", core.Event{Policy: "login", Algorithm: core.LeakyBucket, Outcome: core.OutcomeCanceled,
+			Result: core.Result{Allowed: true, Delay: time.Second}},
+			map[string]float64{
+				`redlimit.decisions{algorithm="leaky_bucket",outcome="canceled",policy="login"}`: 1,
+				`redlimit.decision.duration{algorithm="leaky_bucket",policy="login"}`:            1,
+			}},
+		{"unknown algorithm and outcome still counted", core.Event{Policy: "login", Algorithm: 42, Outcome: 9},
+			map[string]float64{
+				`redlimit.decisions{algorithm="Algorithm(42)",outcome="Outcome(9)",policy="login"}`: 1,
+				`redlimit.decision.duration{algorithm="Algorithm(42)",policy="login"}`:              1,
+			}},
+	}
+	want := map[string]float64{}
+	for _, s := range steps {
+		o.Observe(s.event)
+		for k, v := range s.want {
+			want[k] = v
+		}
+		t.Run(s.name, func(t *testing.T) { checkPoints(t, r, want) })
+	}
+}
+
+func TestNamespaceAndBuckets(t *testing.T) {
+	o, r := newObserver(t, otelmetrics.WithNamespace("edge"), otelmetrics.WithBuckets([]float64{0.001, 0.01}))
+	o.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 5 * time.Millisecond})
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		names = append(names, m.Name+" "+m.Unit)
+		if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
+			p := h.DataPoints[0]
+			if got, want := p.Bounds, []float64{0.001, 0.01}; !slices.Equal(got, want) {
+				t.Errorf("Bounds = %v, want %v", got, want)
+			}
+			if got, want := p.BucketCounts, []uint64{0, 1, 0}; !slices.Equal(got, want) {
+				t.Errorf("BucketCounts = %v, want %v", got, want)
+			}
+		}
+	}
+	slices.Sort(names)
+	if got, want := names, []string{"edge.decision.duration s", "edge.decisions {decision}"}; !slices.Equal(got, want) {
+		t.Errorf("instruments = %q, want %q", got, want)
+	}
+}
+
+func TestDefaultBuckets(t *testing.T) {
+	o, r := newObserver(t)
+	o.Observe(core.Event{Policy: "api", Latency: 700 * time.Microsecond})
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
+			if got, want := h.DataPoints[0].Bounds, otelmetrics.DefaultBuckets; !slices.Equal(got, want) {
+				t.Errorf("Bounds = %v, want %v", got, want)
+			}
+			return
+		}
+	}
+	t.Fatal("no histogram collected")
+}
+
+// request is a core.Request for one client.
+type request struct{ ctx context.Context }
+
+func (r request) Context() context.Context  { return r.ctx }
+func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
+func (r request) Header(name string) string { return "" }
+func (r request) Method() string            { return "GET" }
+func (r request) Route() string             { return "/" }
+
+func TestPolicyOnMiniredis(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	o, reader := newObserver(t)
+	p, err := core.NewPolicy(core.Policy{Name: "api", Limiter: core.New(rdb), Limit: core.PerSecond(2), Observer: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request{t.Context()}
+	const (
+		allowed  = `redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`
+		denied   = `redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`
+		open     = `redlimit.decisions{algorithm="token_bucket",outcome="failed_open",policy="api"}`
+		errs     = `redlimit.redis.errors{policy="api"}`
+		duration = `redlimit.decision.duration{algorithm="token_bucket",policy="api"}`
+	)
+	steps := []struct {
+		name    string
+		before  func()
+		outcome core.Outcome
+		want    map[string]float64
+	}{
+		{"first", nil, core.OutcomeAllowed, map[string]float64{allowed: 1, denied: 0, open: 0, errs: 0, duration: 1}},
+		{"second", nil, core.OutcomeAllowed, map[string]float64{allowed: 2, denied: 0, open: 0, errs: 0, duration: 2}},
+		{"third", nil, core.OutcomeDenied, map[string]float64{allowed: 2, denied: 1, open: 0, errs: 0, duration: 3}},
+		{"redis gone", mr.Close, core.OutcomeFailedOpen, map[string]float64{allowed: 2, denied: 1, open: 1, errs: 1, duration: 4}},
+	}
+	for _, s := range steps {
+		if s.before != nil {
+			s.before()
+		}
+		d := p.Decide(r)
+		if d.Outcome != s.outcome {
+			t.Fatalf("%s: Outcome = %v (err %v), want %v", s.name, d.Outcome, d.Err, s.outcome)
+		}
+		got := collect(t, reader)
+		for k, w := range s.want {
+			if g := got[k]; g != w {
+				t.Errorf("%s: %s = %v, want %v", s.name, k, g, w)
+			}
+		}
+	}
+}
+
+// TestObserveAllocs pins that Observe itself allocates nothing once warm
+// (the noop meter adds nothing of its own, so any allocation is ours).
+func TestObserveAllocs(t *testing.T) {
+	o, err := otelmetrics.New(noop.NewMeterProvider().Meter("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: errRedis,
+		Result: core.Result{Cached: true, Fallback: true}}
+	o.Observe(e)
+	if got := testing.AllocsPerRun(100, func() { o.Observe(e) }); got != 0 {
+		t.Errorf("Observe allocates %v times per call, want 0", got)
+	}
+}
+
+// refusingMeter fails to make one instrument.
+type refusingMeter struct{ metric.Meter }
+
+var errRefused = errors.New("refused")
+
+func (m refusingMeter) Float64Histogram(string, ...metric.Float64HistogramOption) (metric.Float64Histogram, error) {
+	return nil, errRefused
+}
+
+func TestNewError(t *testing.T) {
+	_, err := otelmetrics.New(refusingMeter{noop.NewMeterProvider().Meter("test")})
+	if !errors.Is(err, errRefused) || !strings.HasPrefix(err.Error(), "otelmetrics: redlimit.decision.duration: ") {
+		t.Errorf("New error = %v, want otelmetrics: redlimit.decision.duration: ... wrapping %v", err, errRefused)
+	}
+}
+
+func benchmarkObserve(b *testing.B, meter metric.Meter) {
+	o, err := otelmetrics.New(meter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
+		Result: core.Result{Allowed: true, Limit: 10, Remaining: 9}}
+	o.Observe(e) // warm: the policy's attribute sets exist
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			o.Observe(e)
+		}
+	})
+}
+
+func BenchmarkObserveSDK(b *testing.B) {
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	benchmarkObserve(b, mp.Meter("bench"))
+}
+
+func BenchmarkObserveNoop(b *testing.B) {
+	benchmarkObserve(b, noop.NewMeterProvider().Meter("bench"))
+}
+
+func ExampleNew() {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	o, err := otelmetrics.New(mp.Meter("github.com/redlimit/redlimit"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// Pass o as core.Policy.Observer; here, one decision by hand.
+	o.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied})
+	var rm metricdata.ResourceMetrics
+	_ = reader.Collect(context.Background(), &rm)
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		fmt.Println(m.Name, m.Unit)
+	}
+	// Output:
+	// redlimit.decisions {decision}
+	// redlimit.decision.duration s
+}

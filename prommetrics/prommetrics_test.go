@@ -1,0 +1,337 @@
+package prommetrics_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+	"github.com/redlimit/redlimit/prommetrics"
+)
+
+// gather returns every sample of c, keyed as `name{label="value",...}` with
+// labels sorted; a histogram gives its sample count under its own name and
+// its sum under name_sum.
+func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+`"`+l.GetValue()+`"`)
+			}
+			slices.Sort(labels)
+			key := f.GetName() + "{" + strings.Join(labels, ",") + "}"
+			switch f.GetType() {
+			case dto.MetricType_COUNTER:
+				got[key] = m.GetCounter().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				got[key] = float64(m.GetHistogram().GetSampleCount())
+				got[strings.Replace(key, "{", "_sum{", 1)] = m.GetHistogram().GetSampleSum()
+			default:
+				t.Fatalf("%s: unexpected type %v", f.GetName(), f.GetType())
+			}
+		}
+	}
+	return got
+}
+
+// checkSamples reports every sample of want that c does not have, and every
+// sample c has that want does not name (with want value 0 allowed to be absent
+// or 0).
+func checkSamples(t *testing.T, c prometheus.Collector, want map[string]float64) {
+	t.Helper()
+	got := gather(t, c)
+	for k, w := range want {
+		if g := got[k]; g != w {
+			t.Errorf("%s = %v, want %v", k, g, w)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok && g != 0 && !strings.Contains(k, "_sum{") {
+			t.Errorf("unexpected sample %s = %v", k, g)
+		}
+	}
+}
+
+var errRedis = errors.New("core: redis: connection refused")
+
+func TestObserveSteps(t *testing.T) {
+	c := prommetrics.New()
+	steps := []struct {
+		name  string
+		event core.Event
+		want  map[string]float64 // samples that change, with their new values
+	}{
+		{"allowed", core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
+			Result: core.Result{Allowed: true, Limit: 2, Remaining: 1}},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:         1,
+				`redlimit_decision_duration_seconds_sum{algorithm="token_bucket",policy="api"}`:     0.0003,
+				`redlimit_redis_errors_total{policy="api"}`:                                         0,
+				`redlimit_deny_cache_hits_total{policy="api"}`:                                      0,
+				`redlimit_fallback_decisions_total{policy="api"}`:                                   0,
+			}},
+		{"denied", core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 200 * time.Microsecond,
+			Result: core.Result{Limit: 2, RetryAfter: time.Second}},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:        2,
+				`redlimit_decision_duration_seconds_sum{algorithm="token_bucket",policy="api"}`:    0.0005,
+			}},
+		{"deny cache hit", core.Event{Policy: "api", Outcome: core.OutcomeDenied,
+			Result: core.Result{Limit: 2, RetryAfter: time.Second, Cached: true}},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`: 2,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:        3,
+				`redlimit_deny_cache_hits_total{policy="api"}`:                                     1,
+			}},
+		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: errRedis},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:             4,
+				`redlimit_decision_duration_seconds_sum{algorithm="token_bucket",policy="api"}`:         0.0505,
+				`redlimit_redis_errors_total{policy="api"}`:                                             1,
+			}},
+		{"fallback", core.Event{Policy: "api", Outcome: core.OutcomeAllowed,
+			Result: core.Result{Allowed: true, Limit: 2, Fallback: true}},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`: 2,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:         5,
+				`redlimit_fallback_decisions_total{policy="api"}`:                                   1,
+			}},
+		{"other policy and algorithm, failed closed", core.Event{Policy: "login", Algorithm: core.SlidingWindow,
+			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: errRedis},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="sliding_window",policy="login"}`:               1,
+				`redlimit_decision_duration_seconds_sum{algorithm="sliding_window",policy="login"}`:           0.001,
+				`redlimit_redis_errors_total{policy="login"}`:                                                 1,
+				`redlimit_deny_cache_hits_total{policy="login"}`:                                              0,
+				`redlimit_fallback_decisions_total{policy="login"}`:                                           0,
+			}},
+		{"canceled", core.Event{Policy: "login", Algorithm: core.LeakyBucket, Outcome: core.OutcomeCanceled,
+			Result: core.Result{Allowed: true, Delay: time.Second}},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="leaky_bucket",outcome="canceled",policy="login"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="leaky_bucket",policy="login"}`:          1,
+			}},
+		{"unknown algorithm and outcome still counted", core.Event{Policy: "login", Algorithm: 42, Outcome: 9},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="Algorithm(42)",outcome="Outcome(9)",policy="login"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="Algorithm(42)",policy="login"}`:            1,
+			}},
+	}
+	want := map[string]float64{}
+	for _, s := range steps {
+		c.Observe(s.event)
+		for k, v := range s.want {
+			want[k] = v
+		}
+		t.Run(s.name, func(t *testing.T) { checkSamples(t, c, want) })
+	}
+}
+
+func TestNamespaceAndBuckets(t *testing.T) {
+	c := prommetrics.New(prommetrics.WithNamespace("edge"), prommetrics.WithBuckets([]float64{0.001, 0.01}),
+		prommetrics.WithConstLabels(prometheus.Labels{"region": "eu"}))
+	c.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 5 * time.Millisecond})
+	got := gather(t, c)
+	key := `edge_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",region="eu"}`
+	if got[key] != 1 {
+		t.Errorf("%s = %v, want 1 (have %v)", key, got[key], got)
+	}
+	// 5ms lands in the +Inf bucket only: buckets were replaced.
+	err := testutil.CollectAndCompare(c, strings.NewReader(`
+# HELP edge_decision_duration_seconds Time the limiter took to decide, in seconds, without any leaky-bucket wait.
+# TYPE edge_decision_duration_seconds histogram
+edge_decision_duration_seconds_bucket{algorithm="token_bucket",policy="api",region="eu",le="0.001"} 0
+edge_decision_duration_seconds_bucket{algorithm="token_bucket",policy="api",region="eu",le="0.01"} 1
+edge_decision_duration_seconds_bucket{algorithm="token_bucket",policy="api",region="eu",le="+Inf"} 1
+edge_decision_duration_seconds_sum{algorithm="token_bucket",policy="api",region="eu"} 0.005
+edge_decision_duration_seconds_count{algorithm="token_bucket",policy="api",region="eu"} 1
+`), "edge_decision_duration_seconds")
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+func TestNoKeyLabelAndLint(t *testing.T) {
+	c := prommetrics.New()
+	// Many keys, one policy: the series count must not grow with keys.
+	for range 100 {
+		c.Observe(core.Event{Policy: "api", Outcome: core.OutcomeAllowed})
+	}
+	// decisions, duration, and the three per-policy counters.
+	if got, want := testutil.CollectAndCount(c), 5; got != want {
+		t.Errorf("CollectAndCount = %d, want %d", got, want)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+// request is a core.Request for one client.
+type request struct{ ctx context.Context }
+
+func (r request) Context() context.Context  { return r.ctx }
+func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
+func (r request) Header(name string) string { return "" }
+func (r request) Method() string            { return "GET" }
+func (r request) Route() string             { return "/" }
+
+func TestPolicyOnMiniredis(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	c := prommetrics.New()
+	p, err := core.NewPolicy(core.Policy{Name: "api", Limiter: core.New(rdb), Limit: core.PerSecond(2), Observer: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request{t.Context()}
+	const (
+		allowed  = `redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`
+		denied   = `redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`
+		open     = `redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`
+		errs     = `redlimit_redis_errors_total{policy="api"}`
+		duration = `redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`
+	)
+	steps := []struct {
+		name    string
+		before  func()
+		outcome core.Outcome
+		want    map[string]float64
+	}{
+		{"first", nil, core.OutcomeAllowed, map[string]float64{allowed: 1, denied: 0, open: 0, errs: 0, duration: 1}},
+		{"second", nil, core.OutcomeAllowed, map[string]float64{allowed: 2, denied: 0, open: 0, errs: 0, duration: 2}},
+		{"third", nil, core.OutcomeDenied, map[string]float64{allowed: 2, denied: 1, open: 0, errs: 0, duration: 3}},
+		{"redis gone", mr.Close, core.OutcomeFailedOpen, map[string]float64{allowed: 2, denied: 1, open: 1, errs: 1, duration: 4}},
+	}
+	for _, s := range steps {
+		if s.before != nil {
+			s.before()
+		}
+		d := p.Decide(r)
+		if d.Outcome != s.outcome {
+			t.Fatalf("%s: Outcome = %v (err %v), want %v", s.name, d.Outcome, d.Err, s.outcome)
+		}
+		got := gather(t, c)
+		for k, w := range s.want {
+			if g := got[k]; g != w {
+				t.Errorf("%s: %s = %v, want %v", s.name, k, g, w)
+			}
+		}
+	}
+}
+
+// TestDependencies keeps the metrics libraries out of core, and each metrics
+// package out of the other, so users pay only for what they import.
+func TestDependencies(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH to run go list -deps")
+	}
+	tests := []struct {
+		pkg       string
+		forbidden []string
+	}{
+		{"github.com/redlimit/redlimit/core", []string{"github.com/prometheus/", "go.opentelemetry.io/"}},
+		{"github.com/redlimit/redlimit/prommetrics", []string{"go.opentelemetry.io/"}},
+		{"github.com/redlimit/redlimit/otelmetrics", []string{"github.com/prometheus/"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pkg, func(t *testing.T) {
+			out, err := exec.Command(gobin, "list", "-deps", tt.pkg).CombinedOutput()
+			if err != nil {
+				t.Fatalf("go list -deps %s: %v\n%s", tt.pkg, err, out)
+			}
+			for dep := range strings.FieldsSeq(string(out)) {
+				for _, f := range tt.forbidden {
+					if strings.HasPrefix(dep, f) {
+						t.Errorf("%s imports %s", tt.pkg, dep)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestObserveAllocs pins that Observe allocates nothing once its children
+// exist.
+func TestObserveAllocs(t *testing.T) {
+	c := prommetrics.New()
+	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: errRedis,
+		Result: core.Result{Cached: true, Fallback: true}}
+	c.Observe(e)
+	if got := testing.AllocsPerRun(100, func() { c.Observe(e) }); got != 0 {
+		t.Errorf("Observe allocates %v times per call, want 0", got)
+	}
+}
+
+func BenchmarkObserve(b *testing.B) {
+	c := prommetrics.New()
+	e := core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
+		Result: core.Result{Allowed: true, Limit: 10, Remaining: 9}}
+	c.Observe(e) // warm: the children exist
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			c.Observe(e)
+		}
+	})
+}
+
+func BenchmarkObserveMixed(b *testing.B) {
+	c := prommetrics.New()
+	events := []core.Event{
+		{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond},
+		{Policy: "api", Outcome: core.OutcomeDenied, Result: core.Result{Cached: true}},
+		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeFailedOpen, Err: errRedis},
+		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeAllowed, Result: core.Result{Fallback: true}},
+	}
+	for _, e := range events {
+		c.Observe(e)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			c.Observe(events[i%len(events)])
+			i++
+		}
+	})
+}
+
+func ExampleNew() {
+	reg := prometheus.NewRegistry()
+	c := prommetrics.New()
+	reg.MustRegister(c)
+	// Pass c as core.Policy.Observer; here, one decision by hand.
+	c.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied})
+	n, err := testutil.GatherAndCount(reg, "redlimit_decisions_total", "redlimit_redis_errors_total")
+	fmt.Println(n, err)
+	// Output: 2 <nil>
+}
