@@ -61,6 +61,22 @@ func KeyByHeader(name string, fallback KeyFunc) KeyFunc {
 	}
 }
 
+// KeyFirst keys a request by the first of keys that yields a non-empty key
+// without error (a user ID, else an API key, else the client IP), and
+// reports the last error when none does.
+func KeyFirst(keys ...KeyFunc) KeyFunc {
+	return func(r Request) (string, error) {
+		err := errors.New("core: KeyFirst has no key functions")
+		for _, k := range keys {
+			var key string
+			if key, err = k(r); err == nil && key != "" {
+				return key, nil
+			}
+		}
+		return "", err
+	}
+}
+
 // KeyByRoute keys requests by method and route, so each route has one limit
 // shared by all clients.
 func KeyByRoute() KeyFunc {
@@ -254,8 +270,8 @@ const (
 	OutcomeFailedOpen
 	// OutcomeFailedClosed: the Limiter failed; 503.
 	OutcomeFailedClosed
-	// OutcomeCanceled: the request's context ended while it waited for its
-	// LeakyBucket delay; nobody is there to answer.
+	// OutcomeCanceled: the request's context ended during the decision or
+	// while it waited for its LeakyBucket delay; nobody is there to answer.
 	OutcomeCanceled
 )
 
@@ -297,7 +313,7 @@ func (p *Policy) Decide(r Request) Decision {
 			d.Limit = l
 		}
 	}
-	if p.MaxWait > 0 && d.Limit.Algorithm == LeakyBucket {
+	if p.MaxWait > 0 && d.Limit.Algorithm == LeakyBucket && (d.Limit.MaxDelay == 0 || p.MaxWait < d.Limit.MaxDelay) {
 		d.Limit.MaxDelay = p.MaxWait
 	}
 	cost := 1
@@ -312,6 +328,10 @@ func (p *Policy) Decide(r Request) Decision {
 	}
 	d.now = time.Now()
 	switch {
+	case err != nil && ctx.Err() != nil:
+		// The client went away: neither an outage to report nor a request
+		// to serve.
+		d.Err, d.Outcome = err, OutcomeCanceled
 	case err != nil:
 		d.Err = err
 		d.Outcome = OutcomeFailedOpen
@@ -381,7 +401,7 @@ func (d *Decision) Proceed() bool {
 
 // Status is the HTTP status to answer when the request does not proceed:
 // 429 when denied, 503 when the Limiter failed closed, 499 (client closed
-// request) when it gave up waiting; 0 when it proceeds.
+// request) when the request's context ended first; 0 when it proceeds.
 func (d *Decision) Status() int {
 	if d.Proceed() {
 		return 0
@@ -396,16 +416,19 @@ func (d *Decision) Status() int {
 }
 
 // RetryAfter is the Retry-After value in whole seconds, rounded up and at
-// least 1, so a client that obeys it never comes back too early; 0 when the
-// request proceeds.
+// least 1, so a client that obeys it never comes back too early; 1 when the
+// Limiter failed closed; 0 when the request proceeds or was canceled.
 func (d *Decision) RetryAfter() int64 {
-	switch {
-	case d.Proceed():
-		return 0
-	case d.Outcome == OutcomeDenied:
+	switch d.Outcome {
+	case OutcomeDenied:
+		if d.Proceed() {
+			return 0
+		}
 		return max(1, ceilSeconds(d.Result.RetryAfter))
+	case OutcomeFailedClosed:
+		return 1
 	}
-	return 1
+	return 0
 }
 
 // WriteHeaders writes the response headers of the decision through set,

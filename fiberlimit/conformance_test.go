@@ -1,0 +1,108 @@
+package fiberlimit_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"testing"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/fiberlimit"
+	"github.com/redlimit/redlimit/internal/conformance"
+	"github.com/valyala/fasthttp"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Adapter{New: newApp, ItemsPattern: "/items/:id"})
+}
+
+func req(c *fiber.Ctx) conformance.Req {
+	return conformance.Req{Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
+}
+
+// testContext is the fasthttp user value that carries the test request's
+// context to the app, which makes it the fiber user context.
+const testContext = "conformance-context"
+
+// newApp mounts the middleware on each route, so that it sees the route's
+// pattern (see the package documentation).
+//
+// Requests are served through app.Handler() on a fasthttp.RequestCtx made
+// with Init, fasthttp's own way of testing a handler: app.Test always
+// reports the peer 0.0.0.0, and the suite needs to choose the peer address.
+func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
+	fc := fiberlimit.Config{
+		Limiter:      cfg.Limiter,
+		Limit:        cfg.Limit,
+		Key:          cfg.Key,
+		Name:         cfg.Name,
+		Headers:      cfg.Headers,
+		Fail:         cfg.Fail,
+		DryRun:       cfg.DryRun,
+		MaxWait:      cfg.MaxWait,
+		ClientIP:     cfg.ClientIP,
+		Observer:     cfg.Observer,
+		ErrorHandler: func(c *fiber.Ctx, err error) { cfg.OnError(req(c), err) },
+	}
+	if f := cfg.Skip; f != nil {
+		fc.Next = func(c *fiber.Ctx) bool { return f(req(c)) }
+	}
+	if f := cfg.KeyFunc; f != nil {
+		fc.KeyGenerator = func(c *fiber.Ctx) (string, error) { return f(req(c)) }
+	}
+	if f := cfg.LimitFunc; f != nil {
+		fc.LimitFunc = func(c *fiber.Ctx) (core.Limit, bool) { return f(req(c)) }
+	}
+	if f := cfg.Cost; f != nil {
+		fc.Cost = func(c *fiber.Ctx) int { return f(req(c)) }
+	}
+	if f := cfg.Deny; f != nil {
+		fc.LimitReached = func(c *fiber.Ctx, d core.Decision) error {
+			status, body := f(req(c), d)
+			return c.Status(status).SendString(body)
+		}
+	}
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(func(c *fiber.Ctx) error {
+		if ctx, ok := c.Context().UserValue(testContext).(context.Context); ok {
+			c.SetUserContext(ctx)
+		}
+		return c.Next()
+	})
+	limited := fiberlimit.New(fc)
+	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
+	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
+		app.Get(path, limited, ok)
+	}
+	handler := app.Handler()
+	return func(r *http.Request) *http.Response {
+		var fr fasthttp.Request
+		fr.Header.SetMethod(r.Method)
+		fr.SetRequestURI(r.URL.RequestURI())
+		fr.Header.SetHost(r.Host)
+		for name, values := range r.Header {
+			for _, v := range values {
+				fr.Header.Add(name, v)
+			}
+		}
+		peer, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil {
+			t.Fatalf("RemoteAddr %q: %v", r.RemoteAddr, err)
+		}
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&fr, net.TCPAddrFromAddrPort(peer), nil)
+		ctx.SetUserValue(testContext, r.Context())
+		handler(&ctx)
+		resp := &http.Response{
+			StatusCode: ctx.Response.StatusCode(),
+			Header:     http.Header{},
+			Body:       io.NopCloser(bytes.NewReader(bytes.Clone(ctx.Response.Body()))),
+		}
+		ctx.Response.Header.VisitAll(func(k, v []byte) { resp.Header.Add(string(k), string(v)) })
+		return resp
+	}
+}

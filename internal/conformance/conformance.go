@@ -1,0 +1,291 @@
+// Package conformance is the shared behaviour suite of the HTTP adapters:
+// one table of scenarios (statuses, each header, body bytes, which keys
+// Redis saw), written once, that every adapter runs through its framework's
+// own test facility by plugging in an Adapter.
+//
+// Run runs the table on miniredis (controlled clock) and, when REDIS_URL is
+// set, on that real Redis (skipped with a message otherwise, failed under
+// CI).
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Req is what the framework-typed hooks of a scenario read. Each adapter
+// builds it from its own request type inside its own hook types
+// (func(*gin.Context) ..., func(echo.Context) ...), so the scenarios exercise
+// each adapter's glue between those hooks and core.
+type Req struct {
+	// Path is the URL path.
+	Path string
+	// Header returns a request header, "" if absent.
+	Header func(name string) string
+}
+
+// Config is one middleware's configuration, in the vocabulary shared by the
+// adapters. Each adapter maps it onto its own options or Config struct.
+type Config struct {
+	// Limiter, Observer and OnError are set by Run.
+	Limiter  *core.Limiter
+	Observer core.Observer
+	OnError  func(Req, error)
+
+	Name     string
+	Limit    core.Limit
+	Key      core.KeyFunc
+	ClientIP *core.ClientIP
+	Headers  core.HeaderStyle
+	Fail     core.FailPolicy
+	DryRun   bool
+	MaxWait  time.Duration
+
+	// Framework-typed hooks, nil when unused.
+	LimitFunc func(Req) (core.Limit, bool)
+	KeyFunc   func(Req) (string, error)
+	Cost      func(Req) int
+	Skip      func(Req) bool
+	// Deny is the custom deny handler: the adapter's handler answers with
+	// the status and body it returns (as text/plain).
+	Deny func(Req, core.Decision) (status int, body string)
+}
+
+// RoundTrip serves one request through the adapter's app and returns the
+// response with its body readable.
+type RoundTrip func(*http.Request) *http.Response
+
+// Adapter plugs a framework into the suite.
+type Adapter struct {
+	// New builds an app with cfg's middleware in front of the routes
+	// GET /, GET /search, GET /healthz and GET /items/:id (in the
+	// framework's own syntax), each answering 200 "ok", and returns how to
+	// serve a request through it, using the framework's own test facility.
+	// The request's context must reach the middleware as the request
+	// context core sees.
+	New func(t *testing.T, cfg Config) RoundTrip
+	// ItemsPattern is the framework's spelling of the route pattern of
+	// GET /items/:id as the middleware sees it ("/items/{id}" for net/http).
+	ItemsPattern string
+}
+
+// Run runs every scenario against a, on miniredis and on real Redis.
+func Run(t *testing.T, a Adapter) {
+	t.Run("miniredis", func(t *testing.T) {
+		for _, sc := range Scenarios {
+			t.Run(sc.Name, func(t *testing.T) {
+				t.Parallel()
+				runScenario(t, a, sc, newMini(t, sc.stops()))
+			})
+		}
+	})
+	t.Run("redis", func(t *testing.T) {
+		rdb := realRedis(t)
+		for _, sc := range Scenarios {
+			t.Run(sc.Name, func(t *testing.T) {
+				t.Parallel()
+				runScenario(t, a, sc, newReal(t, rdb, sc.stops()))
+			})
+		}
+	})
+}
+
+// recorder collects what the Observer and the error hook were told.
+type recorder struct {
+	mu     sync.Mutex
+	events []string
+	errs   []error
+}
+
+func (r *recorder) Observe(e core.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e.Outcome.String())
+}
+
+func (r *recorder) onError(_ Req, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, err)
+}
+
+func (r *recorder) take() (events []string, errs []error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	events, errs = r.events, r.errs
+	r.events, r.errs = nil, nil
+	return events, errs
+}
+
+// limitHeaders are the headers the middleware may write; a step lists
+// those it expects, and every other one must be absent.
+var limitHeaders = []string{
+	"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+	"RateLimit-Policy", "RateLimit", "Retry-After",
+}
+
+func runScenario(t *testing.T, a Adapter, sc Scenario, env *backend) {
+	rec := &recorder{}
+	trips := make([]RoundTrip, len(sc.Configs))
+	for i, cfg := range sc.Configs {
+		cfg.Limiter = env.limiter
+		cfg.Observer = rec
+		cfg.OnError = rec.onError
+		trips[i] = a.New(t, cfg)
+	}
+	for i, st := range sc.Steps {
+		if st.StopRedis {
+			env.stop()
+		}
+		req := st.request(a)
+		ctx := req.Context()
+		if st.Timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, st.Timeout)
+			req = req.WithContext(ctx)
+			defer cancel()
+		}
+		before := time.Now()
+		resp := trips[st.Handler](req)
+		after := time.Now()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("step %d: reading body: %v", i, err)
+		}
+		_ = resp.Body.Close()
+		events, errs := rec.take()
+		st.Want.check(t, fmt.Sprintf("step %d (%s %s)", i, st.method(), req.URL.Path), resp, string(body), events, errs, before, after, env.exact)
+	}
+	if !sc.stops() {
+		got := env.keys(t)
+		want := make([]string, len(sc.Keys))
+		for i, k := range sc.Keys {
+			want[i] = strings.ReplaceAll(k, "/items/:id", a.ItemsPattern)
+		}
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("keys Redis saw: got %q, want %q", got, want)
+		}
+	}
+}
+
+func (st Step) method() string {
+	if st.Method == "" {
+		return http.MethodGet
+	}
+	return st.Method
+}
+
+func (st Step) request(a Adapter) *http.Request {
+	path := st.Path
+	if path == "" {
+		path = "/"
+	}
+	req := httptest.NewRequest(st.method(), path, nil)
+	req.RemoteAddr = st.Remote
+	if req.RemoteAddr == "" {
+		req.RemoteAddr = "192.0.2.1:1234"
+	}
+	for k, v := range st.Header {
+		req.Header.Set(k, v)
+	}
+	return req
+}
+
+func (w Want) check(t *testing.T, step string, resp *http.Response, body string, events []string, errs []error, before, after time.Time, exact bool) {
+	t.Helper()
+	if resp.StatusCode != w.Status {
+		t.Errorf("%s: status: got %d, want %d (body %q)", step, resp.StatusCode, w.Status, body)
+	}
+	if body != w.Body {
+		t.Errorf("%s: body: got %q, want %q", step, body, w.Body)
+	}
+	if w.ContentType != "" {
+		// Charset values are case-insensitive (Echo sends UTF-8).
+		if got := resp.Header.Get("Content-Type"); !strings.EqualFold(got, w.ContentType) {
+			t.Errorf("%s: Content-Type: got %q, want %q", step, got, w.ContentType)
+		}
+	}
+	for _, name := range limitHeaders {
+		got, present := resp.Header.Get(name), len(resp.Header.Values(name)) > 0
+		if n := len(resp.Header.Values(name)); n > 1 {
+			t.Errorf("%s: %s sent %d times: %q", step, name, n, resp.Header.Values(name))
+		}
+		if name == "X-RateLimit-Reset" {
+			w.checkReset(t, step, got, present, before, after, exact)
+			continue
+		}
+		want, expected := w.Header[name]
+		switch {
+		case !expected && present:
+			t.Errorf("%s: %s: got %q, want it absent", step, name, got)
+		case expected && !present:
+			t.Errorf("%s: %s: absent, want %q", step, name, want)
+		case expected && want != Any && got != want:
+			t.Errorf("%s: %s: got %q, want %q", step, name, got, want)
+		}
+	}
+	wantEvents := []string{}
+	if w.Event != "" {
+		wantEvents = []string{w.Event}
+	}
+	if events == nil {
+		events = []string{}
+	}
+	if !slices.Equal(events, wantEvents) {
+		t.Errorf("%s: observed outcomes: got %q, want %q", step, events, wantEvents)
+	}
+	if len(errs) != w.Errors {
+		t.Errorf("%s: error hook called %d times (%v), want %d", step, len(errs), errs, w.Errors)
+	}
+	if took := after.Sub(before); took < w.MinTook || (w.MaxTook > 0 && took > w.MaxTook) {
+		t.Errorf("%s: took %v, want between %v and %v", step, took, w.MinTook, w.MaxTook)
+	}
+}
+
+// checkReset checks X-RateLimit-Reset: Unix epoch seconds when the quota is
+// whole again, rounded up. On miniredis the clock stands still, so the
+// value is exact; on real Redis time moves between steps, by at most slack.
+func (w Want) checkReset(t *testing.T, step, got string, present bool, before, after time.Time, exact bool) {
+	t.Helper()
+	switch {
+	case w.ResetIn == 0:
+		if present {
+			t.Errorf("%s: X-RateLimit-Reset: got %q, want it absent", step, got)
+		}
+		return
+	case !present:
+		t.Errorf("%s: X-RateLimit-Reset absent, want it", step)
+		return
+	case w.ResetIn == AnyReset:
+		return
+	}
+	reset, err := strconv.ParseInt(got, 10, 64)
+	if err != nil {
+		t.Errorf("%s: X-RateLimit-Reset %q is not an integer", step, got)
+		return
+	}
+	slack := time.Duration(0)
+	if !exact {
+		slack = 2 * time.Second
+	}
+	lo, hi := ceilUnix(before.Add(w.ResetIn-slack)), ceilUnix(after.Add(w.ResetIn))
+	if reset < lo || reset > hi {
+		t.Errorf("%s: X-RateLimit-Reset: got %d, want between %d and %d (now + %v, in epoch seconds rounded up)", step, reset, lo, hi, w.ResetIn)
+	}
+}
+
+func ceilUnix(t time.Time) int64 {
+	return (t.UnixNano() + int64(time.Second) - 1) / int64(time.Second)
+}

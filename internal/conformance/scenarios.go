@@ -1,0 +1,389 @@
+package conformance
+
+import (
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Scenario is one behaviour, as the steps a client takes and what it must
+// get back, the same through every adapter.
+type Scenario struct {
+	Name string
+	// Configs are the middlewares of the scenario, each on an app of its
+	// own; a Step names the one it goes through.
+	Configs []Config
+	Steps   []Step
+	// Keys are the keys Redis must have seen, as "<policy name>:<key>";
+	// "/items/:id" stands for the adapter's ItemsPattern. Not checked when
+	// a step stops Redis.
+	Keys []string
+}
+
+// Step is one request and what it must get.
+type Step struct {
+	// Handler is the index in Configs of the middleware to go through.
+	Handler int
+	// Method defaults to GET, Path to "/", Remote (the peer address) to
+	// 192.0.2.1:1234.
+	Method, Path, Remote string
+	Header               map[string]string
+	// Timeout, if set, ends the request's context after it.
+	Timeout time.Duration
+	// StopRedis stops Redis before the request.
+	StopRedis bool
+	Want      Want
+}
+
+// Want is a step's expected response.
+type Want struct {
+	Status int
+	Body   string
+	// ContentType, if set, must match exactly.
+	ContentType string
+	// Header holds the expected value of each rate-limit header (Any for
+	// present with any value), except X-RateLimit-Reset; the others of
+	// limitHeaders must be absent.
+	Header map[string]string
+	// ResetIn is the time until the quota is whole again: X-RateLimit-Reset
+	// must be now+ResetIn in epoch seconds, rounded up. 0 means the header
+	// must be absent; AnyReset that it is present.
+	ResetIn time.Duration
+	// Event is the outcome the Observer must be told ("allowed", ...), ""
+	// for none (a skipped request).
+	Event string
+	// Errors is how many times the error hook must be called.
+	Errors int
+	// MinTook and MaxTook (if > 0) bound how long the round trip takes.
+	MinTook, MaxTook time.Duration
+}
+
+// Any matches any value of a header that must be present.
+const Any = "*"
+
+// AnyReset, as Want.ResetIn, accepts any X-RateLimit-Reset that is present.
+const AnyReset = time.Duration(-1)
+
+const (
+	ok          = "ok"
+	jsonType    = core.ContentType
+	unavailable = `{"error":"rate limiter unavailable"}`
+	canceled    = `{"error":"request canceled"}`
+	peer        = "ip:192.0.2.1"
+	// slack is what a loaded machine may add to a bound on a round trip.
+	slack = time.Second
+)
+
+func denied(retryAfter int) string {
+	return `{"error":"rate limit exceeded","retry_after":` + strconv.Itoa(retryAfter) + `}`
+}
+
+// xrl is the X-RateLimit set without Reset (see Want.ResetIn), plus extras.
+func xrl(limit, remaining string, extra ...string) map[string]string {
+	return hdr(append([]string{"X-RateLimit-Limit", limit, "X-RateLimit-Remaining", remaining}, extra...)...)
+}
+
+func hdr(kv ...string) map[string]string {
+	m := make(map[string]string, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+func allowed(limit, remaining string, resetIn time.Duration) Want {
+	return Want{Status: 200, Body: ok, Header: xrl(limit, remaining), ResetIn: resetIn, Event: "allowed"}
+}
+
+func deniedWant(limit string, retryAfter int, resetIn time.Duration) Want {
+	return Want{Status: 429, Body: denied(retryAfter), ContentType: jsonType,
+		Header:  xrl(limit, "0", "Retry-After", strconv.Itoa(retryAfter)),
+		ResetIn: resetIn, Event: "denied"}
+}
+
+func one(c Config) []Config { return []Config{c} }
+
+func perMinute(n int) core.Limit { return core.PerMinute(n) }
+
+var trustedProxies = &core.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+
+func costHeader(r Req) int {
+	n, err := strconv.Atoi(r.Header("X-Cost"))
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// Scenarios is the table every adapter runs.
+var Scenarios = []Scenario{
+	{
+		Name:    "allowed_sends_x_ratelimit",
+		Configs: one(Config{Limit: perMinute(3)}),
+		Steps:   []Step{{Want: allowed("3", "2", 20*time.Second)}},
+		Keys:    []string{"http:" + peer},
+	},
+	{
+		Name:    "denied_429_retry_after_json",
+		Configs: one(Config{Limit: perMinute(2)}),
+		Steps: []Step{
+			{Want: allowed("2", "1", 30*time.Second)},
+			{Want: allowed("2", "0", time.Minute)},
+			{Want: deniedWant("2", 30, time.Minute)},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name:    "headers_ietf",
+		Configs: one(Config{Name: "api", Limit: perMinute(2), Headers: core.HeadersIETF}),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Event: "allowed",
+				Header: hdr("RateLimit-Policy", `"api";q=2;w=60`, "RateLimit", `"api";r=1;t=30`)}},
+			{Want: Want{Status: 200, Body: ok, Event: "allowed",
+				Header: hdr("RateLimit-Policy", `"api";q=2;w=60`, "RateLimit", `"api";r=0;t=60`)}},
+			{Want: Want{Status: 429, Body: denied(30), ContentType: jsonType, Event: "denied",
+				Header: hdr("RateLimit-Policy", `"api";q=2;w=60`, "RateLimit", `"api";r=0;t=60`, "Retry-After", "30")}},
+		},
+		Keys: []string{"api:" + peer},
+	},
+	{
+		Name:    "headers_both",
+		Configs: one(Config{Limit: perMinute(2), Headers: core.HeadersBoth}),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Event: "allowed", ResetIn: 30 * time.Second,
+				Header: xrl("2", "1", "RateLimit-Policy", `"http";q=2;w=60`, "RateLimit", `"http";r=1;t=30`)}},
+			{Want: allowedBoth()},
+			{Want: Want{Status: 429, Body: denied(30), ContentType: jsonType, Event: "denied", ResetIn: time.Minute,
+				Header: xrl("2", "0", "RateLimit-Policy", `"http";q=2;w=60`, "RateLimit", `"http";r=0;t=60`, "Retry-After", "30")}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name:    "headers_none",
+		Configs: one(Config{Limit: perMinute(1), Headers: core.HeadersNone}),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Event: "allowed"}},
+			{Want: Want{Status: 429, Body: denied(60), ContentType: jsonType, Event: "denied", Header: hdr("Retry-After", "60")}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name:    "spoofed_forwarding_headers_ignored_from_untrusted_peer",
+		Configs: one(Config{Limit: perMinute(3)}),
+		Steps: []Step{
+			{Header: hdr("X-Forwarded-For", "203.0.113.7"), Want: allowed("3", "2", 20*time.Second)},
+			{Header: hdr("X-Real-IP", "203.0.113.8"), Want: allowed("3", "1", 40*time.Second)},
+			{Header: hdr("Forwarded", "for=203.0.113.9"), Want: allowed("3", "0", time.Minute)},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name:    "trusted_proxy_honoured_right_to_left",
+		Configs: one(Config{Limit: perMinute(3), ClientIP: trustedProxies}),
+		Steps: []Step{
+			{Remote: "10.0.0.1:5000", Header: hdr("X-Forwarded-For", "198.51.100.9, 203.0.113.7, 10.0.0.2"),
+				Want: allowed("3", "2", 20*time.Second)},
+			{Remote: "10.0.0.1:5000", Header: hdr("Forwarded", `for=198.51.100.9, for="203.0.113.7:4711";proto=https`),
+				Want: allowed("3", "1", 40*time.Second)},
+			{Remote: "10.0.0.3:5000", Header: hdr("X-Real-IP", "203.0.113.7"),
+				Want: allowed("3", "0", time.Minute)},
+			// Not a trusted peer: its X-Forwarded-For proves nothing.
+			{Header: hdr("X-Forwarded-For", "203.0.113.7"), Want: allowed("3", "2", 20*time.Second)},
+		},
+		Keys: []string{"http:ip:203.0.113.7", "http:" + peer},
+	},
+	{
+		Name:    "ipv6_grouped_by_64",
+		Configs: one(Config{Limit: perMinute(3)}),
+		Steps: []Step{
+			{Remote: "[2001:db8::1]:1000", Want: allowed("3", "2", 20*time.Second)},
+			{Remote: "[2001:db8::ffff:1]:1001", Want: allowed("3", "1", 40*time.Second)},
+			{Remote: "[2001:db8:0:1::1]:1002", Want: allowed("3", "2", 20*time.Second)},
+			// IPv4-mapped IPv6 is the IPv4 client.
+			{Remote: "[::ffff:192.0.2.1]:1003", Want: allowed("3", "2", 20*time.Second)},
+		},
+		Keys: []string{"http:ip:2001:db8::/64", "http:ip:2001:db8:0:1::/64", "http:" + peer},
+	},
+	{
+		Name:    "header_key_with_ip_fallback",
+		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByHeader("X-API-Key", core.KeyByIP(nil))}),
+		Steps: []Step{
+			{Header: hdr("X-API-Key", "k1"), Want: allowed("3", "2", 20*time.Second)},
+			{Header: hdr("X-API-Key", "k1"), Remote: "198.51.100.1:1", Want: allowed("3", "1", 40*time.Second)},
+			{Want: allowed("3", "2", 20*time.Second)},
+			{Header: hdr("x-api-key", "k2"), Want: allowed("3", "2", 20*time.Second)},
+		},
+		Keys: []string{"http:h:X-Api-Key:k1", "http:h:X-Api-Key:k2", "http:" + peer},
+	},
+	{
+		Name:    "header_key_missing_fails_open",
+		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByHeader("X-API-Key", nil)}),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Event: "failed_open", Errors: 1}},
+		},
+		Keys: []string{},
+	},
+	{
+		Name: "framework_key_func",
+		Configs: one(Config{Limit: perMinute(1), KeyFunc: func(r Req) (string, error) {
+			return "user:" + r.Header("X-User"), nil
+		}}),
+		Steps: []Step{
+			{Header: hdr("X-User", "alice"), Want: allowed("1", "0", time.Minute)},
+			{Header: hdr("X-User", "alice"), Remote: "198.51.100.1:1", Want: deniedWant("1", 60, time.Minute)},
+			{Header: hdr("X-User", "bob"), Want: allowed("1", "0", time.Minute)},
+		},
+		Keys: []string{"http:user:alice", "http:user:bob"},
+	},
+	{
+		Name:    "route_key_uses_pattern",
+		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByRoute()}),
+		Steps: []Step{
+			{Path: "/items/1", Want: allowed("3", "2", 20*time.Second)},
+			{Path: "/items/2", Remote: "198.51.100.1:1", Want: allowed("3", "1", 40*time.Second)},
+			{Path: "/", Want: allowed("3", "2", 20*time.Second)},
+		},
+		Keys: []string{"http:route:GET /items/:id", "http:route:GET /"},
+	},
+	{
+		Name: "skip",
+		Configs: one(Config{Limit: perMinute(1), Skip: func(r Req) bool {
+			return r.Path == "/healthz"
+		}}),
+		Steps: []Step{
+			{Path: "/healthz", Want: Want{Status: 200, Body: ok}},
+			{Path: "/healthz", Want: Want{Status: 200, Body: ok}},
+			{Want: allowed("1", "0", time.Minute)},
+			{Path: "/healthz", Want: Want{Status: 200, Body: ok}},
+			{Want: deniedWant("1", 60, time.Minute)},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name:    "cost",
+		Configs: one(Config{Limit: perMinute(5), Cost: costHeader}),
+		Steps: []Step{
+			{Header: hdr("X-Cost", "3"), Want: allowed("5", "2", 36*time.Second)},
+			// 2 left, 3 asked: one more unit refills in 12s.
+			{Header: hdr("X-Cost", "3"), Want: Want{Status: 429, Body: denied(12), ContentType: jsonType,
+				Header: xrl("5", "2", "Retry-After", "12"), ResetIn: 36 * time.Second, Event: "denied"}},
+			{Header: hdr("X-Cost", "2"), Want: allowed("5", "0", time.Minute)},
+			// A cost above the capacity can never pass: a caller error,
+			// answered closed whatever the fail policy.
+			{Header: hdr("X-Cost", "6"), Want: Want{Status: 503, Body: unavailable, ContentType: jsonType,
+				Header: hdr("Retry-After", "1"), Event: "failed_closed", Errors: 1}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name: "per_route_limit",
+		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByRoute(), LimitFunc: func(r Req) (core.Limit, bool) {
+			return perMinute(1), r.Path == "/search"
+		}}),
+		Steps: []Step{
+			{Path: "/search", Want: allowed("1", "0", time.Minute)},
+			{Path: "/search", Want: deniedWant("1", 60, time.Minute)},
+			{Path: "/", Want: allowed("3", "2", 20*time.Second)},
+		},
+		Keys: []string{"http:route:GET /search", "http:route:GET /"},
+	},
+	{
+		Name: "per_tenant_limit",
+		Configs: one(Config{Limit: perMinute(2), Key: core.KeyByHeader("X-API-Key", core.KeyByIP(nil)),
+			LimitFunc: func(r Req) (core.Limit, bool) { return perMinute(10), r.Header("X-Plan") == "paid" }}),
+		Steps: []Step{
+			{Header: hdr("X-API-Key", "k1", "X-Plan", "paid"), Want: allowed("10", "9", 6*time.Second)},
+			{Header: hdr("X-API-Key", "k2"), Want: allowed("2", "1", 30*time.Second)},
+		},
+		Keys: []string{"http:h:X-Api-Key:k1", "http:h:X-Api-Key:k2"},
+	},
+	{
+		Name:    "dry_run_never_denies",
+		Configs: one(Config{Limit: perMinute(1), DryRun: true}),
+		Steps: []Step{
+			{Want: allowed("1", "0", time.Minute)},
+			{Want: Want{Status: 200, Body: ok, Header: xrl("1", "0"), ResetIn: time.Minute, Event: "denied"}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name: "custom_deny_handler",
+		Configs: one(Config{Limit: perMinute(1), Deny: func(_ Req, d core.Decision) (int, string) {
+			return 429, "slow down; retry in " + strconv.FormatInt(d.RetryAfter(), 10) + "s"
+		}}),
+		Steps: []Step{
+			{Want: allowed("1", "0", time.Minute)},
+			{Want: Want{Status: 429, Body: "slow down; retry in 60s", ContentType: "text/plain; charset=utf-8",
+				Header: xrl("1", "0", "Retry-After", "60"), ResetIn: time.Minute, Event: "denied"}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name:    "fail_open_redis_stopped",
+		Configs: one(Config{Limit: perMinute(3)}),
+		Steps: []Step{
+			{Want: allowed("3", "2", 20*time.Second)},
+			{StopRedis: true, Want: Want{Status: 200, Body: ok, Event: "failed_open", Errors: 1, MaxTook: StopTimeout + slack}},
+		},
+	},
+	{
+		Name:    "fail_closed_redis_stopped",
+		Configs: one(Config{Limit: perMinute(3), Fail: core.FailClosed}),
+		Steps: []Step{
+			{StopRedis: true, Want: Want{Status: 503, Body: unavailable, ContentType: jsonType,
+				Header: hdr("Retry-After", "1"), Event: "failed_closed", Errors: 1, MaxTook: StopTimeout + slack}},
+		},
+	},
+	{
+		// 1 per 2s: requests leave two seconds apart.
+		Name:    "leaky_bucket_waits_and_honours_cancel",
+		Configs: one(Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 2 * time.Second, Burst: 5}}),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MaxTook: slack}},
+			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MinTook: 1500 * time.Millisecond}},
+			// The client gives up after 500ms (ample for Redis to answer on
+			// a loaded machine) of a wait of two seconds or more.
+			{Timeout: 500 * time.Millisecond, Want: Want{Status: 499, Body: canceled, ContentType: jsonType,
+				Header: hdr(), Event: "canceled", MaxTook: 1500 * time.Millisecond}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		// One per 10s, held at most 1s: the second request would wait 10s.
+		Name: "leaky_bucket_max_wait",
+		Configs: one(Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 10 * time.Second, Burst: 5},
+			MaxWait: time.Second}),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MaxTook: slack}},
+			{Want: Want{Status: 429, Body: denied(9), ContentType: jsonType, Header: xrl("5", Any, "Retry-After", "9"),
+				ResetIn: AnyReset, Event: "denied", MaxTook: slack}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		Name:    "two_policies_do_not_share_counters",
+		Configs: []Config{{Name: "a", Limit: perMinute(1)}, {Name: "b", Limit: perMinute(1)}},
+		Steps: []Step{
+			{Handler: 0, Want: allowed("1", "0", time.Minute)},
+			{Handler: 0, Want: deniedWant("1", 60, time.Minute)},
+			{Handler: 1, Want: allowed("1", "0", time.Minute)},
+		},
+		Keys: []string{"a:" + peer, "b:" + peer},
+	},
+}
+
+func allowedBoth() Want {
+	return Want{Status: 200, Body: ok, Event: "allowed", ResetIn: time.Minute,
+		Header: xrl("2", "0", "RateLimit-Policy", `"http";q=2;w=60`, "RateLimit", `"http";r=0;t=60`)}
+}
+
+func (sc Scenario) stops() bool {
+	for _, st := range sc.Steps {
+		if st.StopRedis {
+			return true
+		}
+	}
+	return false
+}
