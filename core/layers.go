@@ -48,27 +48,32 @@ func (l *Limiter) AllowLayers(ctx context.Context, key string, limits []Limit, n
 	if !l.breaker.allow(time.Now()) {
 		return l.layersFallback(ctx, keys, limits, n, ErrUnavailable)
 	}
-	var out []Result
-	err := l.call(ctx, func(ctx context.Context) (any, error) {
+	v, err := l.do(ctx, func(ctx context.Context) (any, error) {
 		return layersScript.Run(ctx, l.run, keys, args...).Result()
-	}, func(v any) error {
-		vals, ok := v.([]any)
-		if !ok || len(vals) != 1+5*len(limits) {
-			return fmt.Errorf("%w: want %d integers, got %T %v", ErrBadReply, 1+5*len(limits), v, v)
-		}
-		out = make([]Result, len(limits))
-		for i := range limits {
-			r, err := parseInts(vals[1+5*i:6+5*i], caps[i])
-			if err != nil {
-				return err
-			}
-			out[i] = r
-		}
-		return nil
 	})
+	var out []Result
+	if err == nil {
+		out, err = parseLayers(v, caps)
+	}
 	l.breaker.record(ctx, err, time.Now())
 	if err != nil {
 		return l.layersFallback(ctx, keys, limits, n, err)
+	}
+	return out, nil
+}
+
+func parseLayers(v any, caps []int) ([]Result, error) {
+	vals, ok := v.([]any)
+	if !ok || len(vals) != 1+5*len(caps) {
+		return nil, fmt.Errorf("%w: want %d integers, got %T %v", ErrBadReply, 1+5*len(caps), v, v)
+	}
+	out := make([]Result, len(caps))
+	for i := range caps {
+		r, err := parseInts(vals[1+5*i:6+5*i], caps[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
 	}
 	return out, nil
 }

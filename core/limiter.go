@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,6 +82,7 @@ type Limiter struct {
 	breaker  breaker
 	denied   *denyCache    // nil unless WithDenyCache
 	fallback *localLimiter // nil unless WithLocalFallback
+	prepared [8]atomic.Pointer[prepared]
 }
 
 // Option configures a Limiter.
@@ -192,9 +195,10 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	if l.fallback != nil {
 		l.fallback.forget(rkey)
 	}
-	return l.call(ctx, func(ctx context.Context) (any, error) {
+	_, err := l.do(ctx, func(ctx context.Context) (any, error) {
 		return nil, l.rdb.Del(ctx, rkey).Err()
-	}, nil)
+	})
+	return err
 }
 
 func (l *Limiter) check(key string, limit Limit) error {
@@ -214,12 +218,12 @@ func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int, pe
 	if key == "" {
 		return Result{}, ErrEmptyKey
 	}
-	p, err := limit.params()
+	pr, err := l.prepare(limit)
 	if err != nil {
 		return Result{}, err
 	}
-	if n <= 0 || int64(n) > p.capacity {
-		return Result{}, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the %s capacity)", ErrInvalidCost, n, p.capacity, limit.Algorithm)
+	if n <= 0 || int64(n) > pr.p.capacity {
+		return Result{}, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the %s capacity)", ErrInvalidCost, n, pr.p.capacity, limit.Algorithm)
 	}
 	rkey := redisKey(l.prefix, key, limit.Algorithm)
 	sent := time.Now()
@@ -230,14 +234,15 @@ func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int, pe
 	}
 	var res Result
 	if l.breaker.allow(sent) {
-		keys := []string{rkey}
-		args := scriptArgs(limit.Algorithm, p, n, peek)
-		err = l.call(ctx, func(ctx context.Context) (any, error) {
-			return scripts[limit.Algorithm].Run(ctx, l.run, keys, args...).Result()
-		}, func(v any) error {
-			res, err = parseReply(v, int(p.capacity))
-			return err
-		})
+		args := pr.args
+		if n != 1 || peek {
+			args = scriptArgs(limit.Algorithm, pr.p, n, peek)
+		}
+		var v any
+		v, err = l.eval(ctx, scripts[limit.Algorithm], rkey, args)
+		if err == nil {
+			res, err = parseReply(v, int(pr.p.capacity))
+		}
 		l.breaker.record(ctx, err, time.Now())
 	} else {
 		err = ErrUnavailable
@@ -254,43 +259,104 @@ func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int, pe
 	return res, nil
 }
 
+// prepared is a validated Limit with the script arguments of its most
+// common call (n = 1, not a peek) built once, so the hot path neither
+// validates nor boxes integers again.
+type prepared struct {
+	limit Limit
+	p     params
+	args  []any // read-only: shared by concurrent calls
+}
+
+func (l *Limiter) prepare(limit Limit) (*prepared, error) {
+	slot := &l.prepared[(uint(limit.Rate)^uint(limit.Period)^uint(limit.Algorithm))%uint(len(l.prepared))]
+	if pr := slot.Load(); pr != nil && pr.limit == limit {
+		return pr, nil
+	}
+	p, err := limit.params()
+	if err != nil {
+		return nil, err
+	}
+	pr := &prepared{limit: limit, p: p, args: scriptArgs(limit.Algorithm, p, 1, false)}
+	slot.Store(pr)
+	return pr, nil
+}
+
+// keySlices recycles the one-element KEYS slice of a script call: go-redis
+// copies it into the command, so it is free again once Run returns.
+var keySlices = sync.Pool{New: func() any { return new([1]string) }}
+
+// eval runs a script on one key within the Limiter's timeout.
+func (l *Limiter) eval(ctx context.Context, s *redis.Script, key string, args []any) (any, error) {
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	keys := keySlices.Get().(*[1]string)
+	keys[0] = key
+	if !l.detach {
+		v, err := s.Run(ctx, l.run, keys[:], args...).Result()
+		keys[0] = ""
+		keySlices.Put(keys)
+		return v, l.wrap(ctx, err)
+	}
+	return l.detached(ctx, func(ctx context.Context) (any, error) {
+		defer keySlices.Put(keys)
+		return s.Run(ctx, l.run, keys[:], args...).Result()
+	})
+}
+
+// do runs a rare command (DEL, a layered script) within the timeout.
+func (l *Limiter) do(ctx context.Context, f func(context.Context) (any, error)) (any, error) {
+	ctx, cancel := l.bound(ctx)
+	defer cancel()
+	if !l.detach {
+		v, err := f(ctx)
+		return v, l.wrap(ctx, err)
+	}
+	return l.detached(ctx, f)
+}
+
+func nop() {}
+
+// bound applies the Limiter's timeout, unless the caller's own deadline
+// comes first (then a timer would be wasted).
+func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.timeout <= 0 {
+		return ctx, nop
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
+		return ctx, nop
+	}
+	return context.WithTimeout(ctx, l.timeout)
+}
+
 type reply struct {
 	v   any
 	err error
 }
 
-// call runs do against Redis within the Limiter's timeout and hands a
-// successful reply to parse (if not nil).
-func (l *Limiter) call(ctx context.Context, do func(context.Context) (any, error), parse func(any) error) error {
-	if l.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
-		defer cancel()
+// detached waits for f on its own goroutine, for clients that would not
+// stop at ctx's deadline themselves.
+func (l *Limiter) detached(ctx context.Context, f func(context.Context) (any, error)) (any, error) {
+	ch := make(chan reply, 1)
+	go func() {
+		v, err := f(ctx)
+		ch <- reply{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, l.wrap(ctx, r.err)
+	case <-ctx.Done():
+		return nil, l.wrap(ctx, ctx.Err())
 	}
-	var r reply
-	if l.detach {
-		ch := make(chan reply, 1)
-		go func() {
-			v, err := do(ctx)
-			ch <- reply{v, err}
-		}()
-		select {
-		case r = <-ch:
-		case <-ctx.Done():
-			r.err = ctx.Err()
-		}
-	} else {
-		r.v, r.err = do(ctx)
-	}
-	if r.err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(r.err, ctxErr) {
-			// go-redis reports a deadline on the socket as an i/o timeout.
-			return fmt.Errorf("core: redis: %w (%v)", ctxErr, r.err)
-		}
-		return fmt.Errorf("core: redis: %w", r.err)
-	}
-	if parse == nil {
+}
+
+func (l *Limiter) wrap(ctx context.Context, err error) error {
+	if err == nil {
 		return nil
 	}
-	return parse(r.v)
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		// go-redis reports a deadline on the socket as an i/o timeout.
+		return fmt.Errorf("core: redis: %w (%v)", ctxErr, err)
+	}
+	return fmt.Errorf("core: redis: %w", err)
 }
