@@ -1,0 +1,703 @@
+// The contract test builds each example server once, starts it as a real
+// process, and checks ../../shared/docs/example-contract.md over real HTTP:
+// flags and env vars, routes, headers, bodies, the fail policies with Redis
+// gone, the log line, and the graceful shutdown. It runs on the embedded
+// miniredis, and also on the real Redis of REDIS_URL and the Redis Cluster
+// of REDIS_CLUSTER_ADDRS (skipped when unset, failed under CI).
+package examples_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+var frameworks = []string{"nethttp", "gin", "echo", "fiber"}
+
+// binDir holds the example binaries, built once by TestMain before any
+// test runs, so no compiler competes with the servers for the CPU.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "redlimit-examples-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	for _, fw := range frameworks {
+		args = append(args, "./"+fw)
+	}
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go %s: %v\n%s", strings.Join(args, " "), err, out)
+		return 1
+	}
+	binDir = dir
+	return m.Run()
+}
+
+func binary(fw string) string { return filepath.Join(binDir, fw) }
+
+// contractEnv are the env vars of the contract: the test's own environment
+// (CI sets REDIS_URL) must not leak into a server unless a test says so.
+var contractEnv = []string{"ADDR", "REDIS_URL", "REDIS_CLUSTER_ADDRS", "ALGORITHM", "LIMIT", "PERIOD", "BURST",
+	"KEY", "FAIL", "TIMEOUT", "HEADERS", "MAX_WAIT", "METRICS"}
+
+func baseEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(contractEnv, name) && name != "GIN_MODE" {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+// server is a running example process.
+type server struct {
+	t      *testing.T
+	name   string
+	addr   string // host:port
+	cmd    *exec.Cmd
+	client *http.Client
+	exited chan struct{}
+	err    error // of cmd.Wait, once exited is closed
+
+	mu     sync.Mutex
+	lines  []string // stdout
+	stderr bytes.Buffer
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// start runs example fw with args (plus -addr, unless env has ADDR) and env,
+// and waits for its "listening on" line.
+func start(t *testing.T, fw string, env []string, args ...string) *server {
+	t.Helper()
+	s := &server{t: t, name: fw, exited: make(chan struct{}),
+		client: &http.Client{Timeout: 10 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+	if i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "ADDR=") }); i >= 0 {
+		s.addr = strings.TrimPrefix(env[i], "ADDR=")
+	} else {
+		s.addr = freeAddr(t)
+		args = append([]string{"-addr", s.addr}, args...)
+	}
+	s.cmd = exec.Command(binary(fw), args...)
+	// A generous -timeout, unless the test says otherwise: on a busy 2-core
+	// machine a decision may take longer than the default 100ms, and a
+	// fail-open answer would then hide what the test checks.
+	s.cmd.Env = baseEnv(append([]string{"TIMEOUT=2s"}, env...)...)
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cmd.Stderr = &lockedWriter{mu: &s.mu, w: &s.stderr}
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	scanned := make(chan struct{})
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			s.mu.Lock()
+			s.lines = append(s.lines, sc.Text())
+			s.mu.Unlock()
+		}
+	}()
+	go func() {
+		<-scanned
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Kill()
+			<-s.exited
+		}
+		if t.Failed() {
+			t.Logf("%s %s\nstdout:\n%s\nstderr:\n%s", fw, strings.Join(args, " "), s.stdout(), s.stderrText())
+		}
+	})
+	s.waitLog("listening on "+s.addr, 15*time.Second)
+	return s
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+func (s *server) stdout() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Join(s.lines, "\n")
+}
+
+func (s *server) stderrText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stderr.String()
+}
+
+// countLog counts the stdout lines that contain substr.
+func (s *server) countLog(substr string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, l := range s.lines {
+		if strings.Contains(l, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *server) waitLog(substr string, timeout time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for s.countLog(substr) == 0 {
+		select {
+		case <-s.exited:
+			s.t.Fatalf("%s exited (%v) before logging %q", s.name, s.err, substr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s did not log %q within %v", s.name, substr, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and checks the contract's shutdown: exit status 0
+// within 5 s, and nothing on stdout but our own log lines.
+func (s *server) stop() {
+	s.t.Helper()
+	// A connection the client dialled but never used is "new" to the
+	// server, which waits for it until its shutdown timeout: close them, as
+	// a polite client does. Requests in flight stay.
+	s.client.CloseIdleConnections()
+	begin := time.Now()
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		s.t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(5 * time.Second):
+		s.t.Fatalf("%s still running 5s after SIGTERM", s.name)
+	}
+	if s.err != nil {
+		s.t.Errorf("%s exited with %v after SIGTERM, want status 0", s.name, s.err)
+	}
+	s.t.Logf("%s exited %v after SIGTERM", s.name, time.Since(begin).Round(time.Millisecond))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.lines {
+		if !strings.HasPrefix(l, "time=") {
+			s.t.Errorf("stdout line that is not a log line of ours: %q", l)
+		}
+	}
+}
+
+type response struct {
+	status  int
+	header  http.Header
+	body    string
+	elapsed time.Duration
+}
+
+// get requests path with the given header name/value pairs.
+func (s *server) get(path string, header ...string) response {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+s.addr+path, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	begin := time.Now()
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatalf("GET %s: reading body: %v", path, err)
+	}
+	return response{resp.StatusCode, resp.Header, string(body), time.Since(begin)}
+}
+
+var xHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+var ietfHeaders = []string{"RateLimit-Policy", "RateLimit"}
+
+// wantAllowed checks a 200 "ok" from the limited route with the
+// X-RateLimit headers: Limit limit, Remaining remaining, Reset in epoch
+// seconds from now to now+maxReset.
+func wantAllowed(t *testing.T, r response, limit, remaining int, maxReset time.Duration) {
+	t.Helper()
+	if r.status != http.StatusOK || r.body != "ok" {
+		t.Fatalf("got %d %q, want 200 \"ok\"", r.status, r.body)
+	}
+	wantXHeaders(t, r, limit, remaining, maxReset)
+}
+
+func wantXHeaders(t *testing.T, r response, limit, remaining int, maxReset time.Duration) {
+	t.Helper()
+	if got := r.header.Get("X-RateLimit-Limit"); got != strconv.Itoa(limit) {
+		t.Errorf("X-RateLimit-Limit = %q, want %d", got, limit)
+	}
+	if got := r.header.Get("X-RateLimit-Remaining"); got != strconv.Itoa(remaining) {
+		t.Errorf("X-RateLimit-Remaining = %q, want %d", got, remaining)
+	}
+	now := time.Now()
+	reset, err := strconv.ParseInt(r.header.Get("X-RateLimit-Reset"), 10, 64)
+	if err != nil {
+		t.Errorf("X-RateLimit-Reset = %q, want epoch seconds", r.header.Get("X-RateLimit-Reset"))
+	} else if reset < now.Add(-r.elapsed).Unix() || reset > now.Add(maxReset+time.Second).Unix() {
+		t.Errorf("X-RateLimit-Reset = %d, want epoch seconds in [%d, %d]", reset, now.Unix(), now.Add(maxReset+time.Second).Unix())
+	}
+}
+
+// wantDenied checks a 429 with Retry-After in [1, maxRetry] seconds and
+// the contract's JSON body.
+func wantDenied(t *testing.T, r response, maxRetry int) int {
+	t.Helper()
+	if r.status != http.StatusTooManyRequests {
+		t.Fatalf("got %d %q, want 429", r.status, r.body)
+	}
+	ra, err := strconv.Atoi(r.header.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > maxRetry {
+		t.Errorf("Retry-After = %q, want whole seconds in [1, %d]", r.header.Get("Retry-After"), maxRetry)
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	if want := fmt.Sprintf(`{"error":"rate limit exceeded","retry_after":%d}`, ra); strings.TrimSpace(r.body) != want {
+		t.Errorf("body = %q, want %s", r.body, want)
+	}
+	return ra
+}
+
+func wantNoHeaders(t *testing.T, r response, names ...string) {
+	t.Helper()
+	for _, h := range names {
+		if v, ok := r.header[http.CanonicalHeaderKey(h)]; ok {
+			t.Errorf("%s: %q, want none", h, v)
+		}
+	}
+}
+
+func wantHealthy(t *testing.T, s *server, n int) {
+	t.Helper()
+	for range n {
+		if r := s.get("/healthz"); r.status != http.StatusOK {
+			t.Fatalf("GET /healthz: %d %q, want 200", r.status, r.body)
+		}
+	}
+}
+
+// uniqueKey is an API key no other run uses, for the shared real Redis.
+func uniqueKey(t *testing.T) string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "contract-" + t.Name() + "-" + hex.EncodeToString(b)
+}
+
+// scenarios run against every framework.
+var scenarios = []struct {
+	name string
+	run  func(t *testing.T, fw string)
+}{
+	{"defaults", func(t *testing.T, fw string) {
+		s := start(t, fw, nil, "-limit", "3", "-period", "1m")
+		if s.countLog("embedded in-process miniredis") != 1 {
+			t.Errorf("the log does not say once that the embedded miniredis is used")
+		}
+		wantHealthy(t, s, 5)
+		for i := range 3 {
+			wantAllowed(t, s.get("/"), 3, 2-i, time.Minute)
+		}
+		// A token comes back every 20s.
+		r := s.get("/")
+		if ra := wantDenied(t, r, 20); ra < 19 {
+			t.Errorf("Retry-After = %d, want about 20 (one token per 20s)", ra)
+		}
+		wantXHeaders(t, r, 3, 0, time.Minute)
+		wantHealthy(t, s, 5)
+		if r := s.get("/metrics"); r.status != http.StatusNotFound {
+			t.Errorf("GET /metrics without -metrics: %d, want 404", r.status)
+		}
+		s.stop()
+	}},
+	{"env, and flags win", func(t *testing.T, fw string) {
+		addr := freeAddr(t)
+		s := start(t, fw, []string{"ADDR=" + addr, "LIMIT=5", "PERIOD=1m", "HEADERS=both", "ALGORITHM=fixed_window",
+			"FAIL=open", "TIMEOUT=3s"}, "-limit", "2")
+		for i := range 2 {
+			r := s.get("/")
+			wantAllowed(t, r, 2, 1-i, time.Minute)
+			if p := r.header.Get("RateLimit-Policy"); !regexp.MustCompile(`^"[^"]*";q=2;w=60$`).MatchString(p) {
+				t.Errorf("RateLimit-Policy = %q, want \"name\";q=2;w=60", p)
+			}
+			if p := r.header.Get("RateLimit"); !regexp.MustCompile(fmt.Sprintf(`^"[^"]*";r=%d;t=\d+$`, 1-i)).MatchString(p) {
+				t.Errorf("RateLimit = %q, want \"name\";r=%d;t=N", p, 1-i)
+			}
+		}
+		wantDenied(t, s.get("/"), 60)
+		s.stop()
+	}},
+	{"key header with IP fallback", func(t *testing.T, fw string) {
+		s := start(t, fw, nil, "-key", "header:X-API-Key", "-limit", "2", "-period", "1m", "-algorithm", "sliding_window")
+		for i := range 2 {
+			wantAllowed(t, s.get("/", "X-API-Key", "alice"), 2, 1-i, time.Minute)
+		}
+		wantDenied(t, s.get("/", "X-API-Key", "alice"), 60)
+		wantAllowed(t, s.get("/", "X-API-Key", "bob"), 2, 1, time.Minute)
+		// Without the header: the client IP, which a spoofed
+		// X-Forwarded-For must not change.
+		for i := range 2 {
+			wantAllowed(t, s.get("/", "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i)), 2, 1-i, time.Minute)
+		}
+		wantDenied(t, s.get("/"), 60)
+		wantDenied(t, s.get("/", "X-Forwarded-For", "203.0.113.9", "X-Real-IP", "203.0.113.10"), 60)
+		wantAllowed(t, s.get("/", "X-API-Key", "carol"), 2, 1, time.Minute)
+		s.stop()
+	}},
+	{"headers ietf", func(t *testing.T, fw string) {
+		s := start(t, fw, nil, "-headers", "ietf", "-limit", "1", "-period", "10s")
+		r := s.get("/")
+		if r.status != http.StatusOK {
+			t.Fatalf("got %d, want 200", r.status)
+		}
+		wantNoHeaders(t, r, xHeaders...)
+		if p := r.header.Get("RateLimit-Policy"); !regexp.MustCompile(`^"[^"]*";q=1;w=10$`).MatchString(p) {
+			t.Errorf("RateLimit-Policy = %q, want \"name\";q=1;w=10", p)
+		}
+		if p := r.header.Get("RateLimit"); !regexp.MustCompile(`^"[^"]*";r=0;t=(9|10)$`).MatchString(p) {
+			t.Errorf("RateLimit = %q, want \"name\";r=0;t=10", p)
+		}
+		r = s.get("/")
+		wantDenied(t, r, 10)
+		wantNoHeaders(t, r, xHeaders...)
+		if r.header.Get("RateLimit") == "" {
+			t.Errorf("no RateLimit header on the denial")
+		}
+		s.stop()
+	}},
+	{"headers none", func(t *testing.T, fw string) {
+		s := start(t, fw, []string{"HEADERS=none"}, "-limit", "1", "-period", "10s")
+		r := s.get("/")
+		if r.status != http.StatusOK {
+			t.Fatalf("got %d, want 200", r.status)
+		}
+		wantNoHeaders(t, r, append(xHeaders, ietfHeaders...)...)
+		r = s.get("/")
+		wantDenied(t, r, 10) // Retry-After stays
+		wantNoHeaders(t, r, append(xHeaders, ietfHeaders...)...)
+		s.stop()
+	}},
+	{"metrics", func(t *testing.T, fw string) {
+		s := start(t, fw, []string{"METRICS=true"}, "-limit", "1", "-period", "1m")
+		s.get("/")
+		wantDenied(t, s.get("/"), 60)
+		for range 5 { // never limited
+			r := s.get("/metrics")
+			if r.status != http.StatusOK {
+				t.Fatalf("GET /metrics: %d, want 200", r.status)
+			}
+			for _, want := range []string{`redlimit_decisions_total{`, `outcome="allowed"`, `outcome="denied"`} {
+				if !strings.Contains(r.body, want) {
+					t.Fatalf("GET /metrics lacks %s:\n%s", want, r.body)
+				}
+			}
+		}
+		s.stop()
+	}},
+	{"fail open, redis refusing", func(t *testing.T, fw string) {
+		s := start(t, fw, nil, "-redis", "redis://"+freeAddr(t)+"/0", "-timeout", "100ms", "-fail", "open")
+		for range 5 {
+			r := s.get("/")
+			if r.status != http.StatusOK || r.body != "ok" {
+				t.Fatalf("got %d %q, want 200 ok", r.status, r.body)
+			}
+			wantNoHeaders(t, r, append(xHeaders, ietfHeaders...)...)
+			if r.elapsed > time.Second {
+				t.Errorf("answered in %v, want within the 100ms timeout (plus a margin)", r.elapsed)
+			}
+		}
+		wantHealthy(t, s, 2)
+		if n := s.countLog("redis is failing"); n != 1 {
+			t.Errorf("logged the Redis failure %d times, want once", n)
+		}
+		s.stop()
+	}},
+	{"fail closed, redis hanging, then back", func(t *testing.T, fw string) {
+		mr := miniredis.RunT(t)
+		addr := mr.Addr()
+		mr.Close()
+		hang := hangingRedis(t, addr)
+		// 300ms, not 100ms: once Redis is back, the exact answers below must
+		// not fail closed on a busy machine (miniredis runs in this process).
+		s := start(t, fw, nil, "-redis", "redis://"+addr+"/0", "-timeout", "300ms", "-fail", "closed", "-limit", "2", "-period", "1m")
+		for range 3 {
+			r := s.get("/")
+			if r.status != http.StatusServiceUnavailable {
+				t.Fatalf("got %d %q, want 503", r.status, r.body)
+			}
+			if got := r.header.Get("Retry-After"); got != "1" {
+				t.Errorf("Retry-After = %q, want 1", got)
+			}
+			if got := strings.TrimSpace(r.body); got != `{"error":"rate limiter unavailable"}` {
+				t.Errorf("body = %q", got)
+			}
+			wantNoHeaders(t, r, xHeaders...)
+			if r.elapsed > time.Second {
+				t.Errorf("answered in %v, want within the 300ms timeout (plus a margin)", r.elapsed)
+			}
+		}
+		wantHealthy(t, s, 2)
+		// Redis comes back on the same address: limiting resumes by itself.
+		hang.Close()
+		// The socket is released once the blocked Accept unwinds: retry.
+		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			err := mr.StartAddr(addr)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("restart miniredis on %s: %v", addr, err)
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		r := s.get("/")
+		for r.status != http.StatusOK && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			r = s.get("/")
+		}
+		wantAllowed(t, r, 2, 1, time.Minute)
+		wantAllowed(t, s.get("/"), 2, 0, time.Minute)
+		wantDenied(t, s.get("/"), 60)
+		if n := s.countLog("redis is failing"); n != 1 {
+			t.Errorf("logged the Redis failure %d times, want once", n)
+		}
+		if n := s.countLog("redis answers again"); n != 1 {
+			t.Errorf("logged the recovery %d times, want once", n)
+		}
+		s.stop()
+	}},
+	{"leaky bucket max-wait", func(t *testing.T, fw string) {
+		// 2 per second: one request leaves every 500ms. Of three at once,
+		// one goes at once, one waits ~500ms, and the third, which would
+		// wait ~1s > -max-wait, is denied at once.
+		s := start(t, fw, nil, "-algorithm", "leaky_bucket", "-limit", "2", "-period", "1s", "-burst", "5", "-max-wait", "700ms")
+		var wg sync.WaitGroup
+		rs := make([]response, 3)
+		for i := range rs {
+			wg.Go(func() { rs[i] = s.get("/") })
+		}
+		wg.Wait()
+		slices.SortFunc(rs, func(a, b response) int { return a.status - b.status })
+		if rs[0].status != 200 || rs[1].status != 200 || rs[2].status != 429 {
+			t.Fatalf("statuses %d %d %d, want 200 200 429", rs[0].status, rs[1].status, rs[2].status)
+		}
+		wantDenied(t, rs[2], 2)
+		if slow := max(rs[0].elapsed, rs[1].elapsed); slow < 300*time.Millisecond || slow > 1500*time.Millisecond {
+			t.Errorf("the delayed request took %v, want about 500ms", slow)
+		}
+		if rs[2].elapsed > 400*time.Millisecond {
+			t.Errorf("the denial took %v, want it at once", rs[2].elapsed)
+		}
+		s.stop()
+	}},
+	{"graceful shutdown waits for a held request", func(t *testing.T, fw string) {
+		// One request leaves per second; the second of two is held ~1s.
+		s := start(t, fw, nil, "-algorithm", "leaky_bucket", "-limit", "1", "-period", "1s", "-burst", "2")
+		if r := s.get("/"); r.status != http.StatusOK {
+			t.Fatalf("got %d, want 200", r.status)
+		}
+		done := make(chan response)
+		go func() { done <- s.get("/") }() // held ~1s
+		time.Sleep(300 * time.Millisecond)
+		s.stop()
+		if r := <-done; r.status != http.StatusOK {
+			t.Errorf("the request held during shutdown got %d, want 200", r.status)
+		}
+	}},
+	{"real redis, shared by two servers", func(t *testing.T, fw string) {
+		redistest.Real(t) // skips (fails under CI) without REDIS_URL
+		url := os.Getenv("REDIS_URL")
+		a := start(t, fw, nil, "-redis", url, "-key", "header:X-API-Key", "-limit", "2", "-period", "1m")
+		b := start(t, fw, []string{"REDIS_URL=" + url, "KEY=header:X-API-Key", "LIMIT=2", "PERIOD=1m"})
+		sharedLimit(t, a, b)
+	}},
+	{"redis cluster, shared by two servers", func(t *testing.T, fw string) {
+		addrs := strings.Join(redistest.ClusterAddrs(t), ",") // skips (fails under CI) without REDIS_CLUSTER_ADDRS
+		a := start(t, fw, nil, "-redis-cluster", addrs, "-key", "header:X-API-Key", "-limit", "2", "-period", "1m")
+		b := start(t, fw, []string{"REDIS_CLUSTER_ADDRS=" + addrs, "KEY=header:X-API-Key", "LIMIT=2", "PERIOD=1m"})
+		sharedLimit(t, a, b)
+	}},
+}
+
+// sharedLimit checks that two servers on one Redis share one limit per key.
+func sharedLimit(t *testing.T, a, b *server) {
+	t.Helper()
+	if a.countLog("miniredis") != 0 || b.countLog("miniredis") != 0 {
+		t.Fatalf("a server uses the embedded miniredis, want the real Redis")
+	}
+	key := uniqueKey(t)
+	wantAllowed(t, a.get("/", "X-API-Key", key), 2, 1, time.Minute)
+	wantAllowed(t, b.get("/", "X-API-Key", key), 2, 0, time.Minute)
+	wantDenied(t, a.get("/", "X-API-Key", key), 60)
+	wantDenied(t, b.get("/", "X-API-Key", key), 60)
+	wantAllowed(t, b.get("/", "X-API-Key", uniqueKey(t)), 2, 1, time.Minute)
+	a.stop()
+	b.stop()
+}
+
+// hangingRedis listens on addr and never answers, like a Redis that hangs.
+func hangingRedis(t *testing.T, addr string) io.Closer {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	h := closerFunc(func() error {
+		err := l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		conns = nil
+		return err
+	})
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+func TestContract(t *testing.T) {
+	for _, fw := range frameworks {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			for _, sc := range scenarios {
+				t.Run(sc.name, func(t *testing.T) {
+					t.Parallel()
+					sc.run(t, fw)
+				})
+			}
+		})
+	}
+}
+
+// TestInvalidConfig checks that a bad flag or env var stops the server
+// with a non-zero status and an error naming the flag, and that -h is no
+// failure.
+func TestInvalidConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want string // on stderr
+	}{
+		{"bad -limit", []string{"-limit", "many"}, nil, "-limit"},
+		{"bad LIMIT", nil, []string{"LIMIT=0"}, "-limit ($LIMIT)"},
+		{"bad -algorithm", []string{"-algorithm", "gcra"}, nil, "-algorithm"},
+		{"bad HEADERS", nil, []string{"HEADERS=all"}, "$HEADERS (flag -headers)"},
+		{"bad -fail", []string{"-fail", "shut"}, nil, "-fail"},
+		{"bad -key", []string{"-key", "cookie:id"}, nil, "-key"},
+		{"bad -redis", []string{"-redis", "http://x"}, nil, "-redis"},
+		{"bad -addr", []string{"-addr", "256.0.0.1:x"}, nil, "-addr"},
+	}
+	for _, fw := range frameworks {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			for _, tt := range tests {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				cmd := exec.CommandContext(ctx, binary(fw), tt.args...)
+				cmd.Env = baseEnv(tt.env...)
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				cancel()
+				var exit *exec.ExitError
+				if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+					t.Errorf("%s: got %v, want a non-zero exit status", tt.name, err)
+				}
+				if !strings.Contains(stderr.String(), tt.want) {
+					t.Errorf("%s: stderr %q does not name %s", tt.name, stderr.String(), tt.want)
+				}
+			}
+			out, err := exec.Command(binary(fw), "-h").Output()
+			if err != nil {
+				t.Errorf("-h: %v, want exit status 0", err)
+			}
+			if !bytes.Contains(out, []byte("-max-wait")) || !bytes.Contains(out, []byte("$REDIS_CLUSTER_ADDRS")) {
+				t.Errorf("-h prints no usage:\n%s", out)
+			}
+		})
+	}
+}

@@ -1,0 +1,259 @@
+// Package exampleapp is everything the example servers share and that has
+// nothing to do with their web framework: flags and env vars, the Redis
+// client, the Limiter and the Limit, the key, logging, the metrics observer,
+// and serving with a graceful shutdown. Each example then only wires its
+// framework. See ../../../../shared/docs/example-contract.md for the behaviour
+// all examples share.
+package exampleapp
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Config is the parsed command line and environment of an example server.
+type Config struct {
+	// Addr is the listen address. Default ":8080".
+	Addr string
+	// RedisURL is the Redis URL ("redis://host:port/db"); "" for none.
+	RedisURL string
+	// RedisCluster are Redis Cluster seed addresses; nil for none. With
+	// neither, the server runs an embedded miniredis.
+	RedisCluster []string
+	// Algorithm enforces the limit. Default token_bucket.
+	Algorithm core.Algorithm
+	// Limit is the requests allowed per Period. Default 10.
+	Limit int
+	// Period is the limit's period. Default 1s.
+	Period time.Duration
+	// Burst is the token bucket's capacity or the leaky bucket's queue
+	// length. Default (0): Limit.
+	Burst int
+	// Key is "ip" or "header:<Name>". Default "ip".
+	Key string
+	// Fail is what requests get when Redis cannot answer. Default open.
+	Fail core.FailPolicy
+	// Timeout bounds one decision. Default 100ms.
+	Timeout time.Duration
+	// Headers selects the rate-limit response headers. Default xratelimit.
+	Headers core.HeaderStyle
+	// MaxWait is the longest a leaky_bucket request is held. Default (0):
+	// Period.
+	MaxWait time.Duration
+	// Metrics serves Prometheus metrics at GET /metrics. Default false.
+	Metrics bool
+}
+
+// option is one row of the contract's table: a flag and its env var.
+type option struct {
+	flag, env, usage string
+}
+
+var options = []option{
+	{"addr", "ADDR", "listen address"},
+	{"redis", "REDIS_URL", "Redis URL, e.g. redis://127.0.0.1:6379/0 (default: an embedded miniredis)"},
+	{"redis-cluster", "REDIS_CLUSTER_ADDRS", "comma-separated Redis Cluster seed addresses"},
+	{"algorithm", "ALGORITHM", "token_bucket, sliding_window, sliding_window_counter, fixed_window or leaky_bucket"},
+	{"limit", "LIMIT", "requests allowed per period"},
+	{"period", "PERIOD", "period of the limit (Go duration)"},
+	{"burst", "BURST", "capacity of token_bucket, queue length of leaky_bucket (default: = limit)"},
+	{"key", "KEY", "ip, or header:<Name> (e.g. header:X-API-Key; requests without it are keyed by IP)"},
+	{"fail", "FAIL", "open or closed: what requests get when Redis cannot answer within the timeout"},
+	{"timeout", "TIMEOUT", "the most one decision may take before the fail policy applies"},
+	{"headers", "HEADERS", "xratelimit, ietf, both or none"},
+	{"max-wait", "MAX_WAIT", "leaky_bucket only: the longest a request is held before it proceeds (default: = period)"},
+	{"metrics", "METRICS", "serve Prometheus metrics at GET /metrics"},
+}
+
+// ParseConfig parses args (without the program name) and the environment
+// that getenv reads, as the contract says: each flag may come from its env
+// var, and a flag on the command line wins. An invalid value is an error
+// that names the flag. -h prints the usage to stdout and returns
+// flag.ErrHelp.
+func ParseConfig(name string, args []string, getenv func(string) string, stdout io.Writer) (Config, error) {
+	cfg := Config{Addr: ":8080", Limit: 10, Period: time.Second, Key: "ip", Timeout: 100 * time.Millisecond}
+	var cluster string
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	usage := map[string]string{}
+	for _, o := range options {
+		usage[o.flag] = o.usage + " [$" + o.env + "]"
+	}
+	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, usage["addr"])
+	fs.StringVar(&cfg.RedisURL, "redis", "", usage["redis"])
+	fs.StringVar(&cluster, "redis-cluster", "", usage["redis-cluster"])
+	fs.Func("algorithm", usage["algorithm"]+" (default token_bucket)", func(s string) (err error) {
+		cfg.Algorithm, err = core.ParseAlgorithm(s)
+		if err != nil {
+			return errors.New("want token_bucket, sliding_window, sliding_window_counter, fixed_window or leaky_bucket")
+		}
+		return nil
+	})
+	fs.IntVar(&cfg.Limit, "limit", cfg.Limit, usage["limit"])
+	fs.DurationVar(&cfg.Period, "period", cfg.Period, usage["period"])
+	fs.IntVar(&cfg.Burst, "burst", 0, usage["burst"])
+	fs.StringVar(&cfg.Key, "key", cfg.Key, usage["key"])
+	fs.Func("fail", usage["fail"]+" (default open)", func(s string) (err error) {
+		cfg.Fail, err = core.ParseFailPolicy(s)
+		if err != nil {
+			return errors.New("want open or closed")
+		}
+		return nil
+	})
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, usage["timeout"])
+	fs.Func("headers", usage["headers"]+" (default xratelimit)", func(s string) (err error) {
+		cfg.Headers, err = core.ParseHeaderStyle(s)
+		if err != nil {
+			return errors.New("want xratelimit, ietf, both or none")
+		}
+		return nil
+	})
+	fs.DurationVar(&cfg.MaxWait, "max-wait", 0, usage["max-wait"])
+	fs.BoolVar(&cfg.Metrics, "metrics", false, usage["metrics"])
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fmt.Fprintf(stdout, "Usage of %s (each flag may also come from the env var in brackets; the flag wins):\n", name)
+			fs.PrintDefaults()
+		}
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q (all settings are flags, see -h)", fs.Arg(0))
+	}
+	// The environment fills in what the command line did not set.
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	envOf := map[string]string{}
+	for _, o := range options {
+		envOf[o.flag] = o.env
+		v := getenv(o.env)
+		if v == "" || onCommandLine[o.flag] {
+			continue
+		}
+		if err := fs.Set(o.flag, v); err != nil {
+			return Config{}, fmt.Errorf("invalid value %q for $%s (flag -%s): %w", v, o.env, o.flag, err)
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	where := func(name string) string {
+		if set[name] && !onCommandLine[name] {
+			return "-" + name + " ($" + envOf[name] + ")"
+		}
+		return "-" + name
+	}
+
+	if cluster != "" {
+		for _, a := range strings.Split(cluster, ",") {
+			a = strings.TrimSpace(a)
+			if a == "" {
+				continue
+			}
+			if _, _, err := net.SplitHostPort(a); err != nil {
+				return Config{}, fmt.Errorf("invalid %s: %q is not host:port", where("redis-cluster"), a)
+			}
+			cfg.RedisCluster = append(cfg.RedisCluster, a)
+		}
+		if len(cfg.RedisCluster) == 0 {
+			return Config{}, fmt.Errorf("invalid %s: no address in %q", where("redis-cluster"), cluster)
+		}
+	}
+	if cfg.RedisURL != "" && cfg.RedisCluster != nil {
+		// A flag on the command line beats the other one's env var.
+		switch url, cl := onCommandLine["redis"], onCommandLine["redis-cluster"]; {
+		case url && !cl:
+			cfg.RedisCluster = nil
+		case cl && !url:
+			cfg.RedisURL = ""
+		default:
+			return Config{}, fmt.Errorf("%s and %s are exclusive: give one", where("redis"), where("redis-cluster"))
+		}
+	}
+	if cfg.Limit < 1 {
+		return Config{}, fmt.Errorf("invalid %s: must be >= 1, got %d", where("limit"), cfg.Limit)
+	}
+	if cfg.Period <= 0 {
+		return Config{}, fmt.Errorf("invalid %s: must be > 0, got %v", where("period"), cfg.Period)
+	}
+	if set["burst"] && cfg.Burst < 1 {
+		return Config{}, fmt.Errorf("invalid %s: must be >= 1, got %d", where("burst"), cfg.Burst)
+	}
+	if cfg.Timeout <= 0 {
+		return Config{}, fmt.Errorf("invalid %s: must be > 0, got %v", where("timeout"), cfg.Timeout)
+	}
+	if set["max-wait"] && cfg.MaxWait <= 0 {
+		return Config{}, fmt.Errorf("invalid %s: must be > 0, got %v", where("max-wait"), cfg.MaxWait)
+	}
+	if cfg.Key != "ip" {
+		h, ok := strings.CutPrefix(cfg.Key, "header:")
+		if !ok || !validHeaderName(h) {
+			return Config{}, fmt.Errorf("invalid %s %q: want ip or header:<Name>, e.g. header:X-API-Key", where("key"), cfg.Key)
+		}
+	}
+	if err := cfg.CoreLimit().Validate(); err != nil {
+		return Config{}, fmt.Errorf("invalid -limit, -period or -burst: %w", err)
+	}
+	return cfg, nil
+}
+
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// CoreLimit is the Limit that -algorithm, -limit, -period and -burst say.
+func (c Config) CoreLimit() core.Limit {
+	l := core.Limit{Algorithm: c.Algorithm, Rate: c.Limit, Period: c.Period}
+	if c.Algorithm == core.TokenBucket || c.Algorithm == core.LeakyBucket {
+		l.Burst = c.Burst
+	}
+	return l
+}
+
+// KeyFunc is the key that -key says: the client IP (the peer address), or a
+// header with the client IP as fallback.
+func (c Config) KeyFunc() core.KeyFunc {
+	if h, ok := strings.CutPrefix(c.Key, "header:"); ok {
+		return core.KeyByHeader(http.CanonicalHeaderKey(h), core.KeyByIP(nil))
+	}
+	return core.KeyByIP(nil)
+}
+
+// LeakyMaxWait is the -max-wait to apply: the flag (default Period) for
+// leaky_bucket, 0 for the other algorithms, which never hold a request.
+func (c Config) LeakyMaxWait() time.Duration {
+	if c.Algorithm != core.LeakyBucket {
+		return 0
+	}
+	if c.MaxWait > 0 {
+		return c.MaxWait
+	}
+	return c.Period
+}
+
+// IgnoreHelp returns nil for flag.ErrHelp (the usage is already printed:
+// -h is not a failure), else err.
+func IgnoreHelp(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,58 @@
+// Command nethttp is the net/http example server: GET / is rate limited
+// through Redis by nethttplimit, GET /healthz never is. Flags, env vars and
+// behaviour follow ../../../shared/docs/example-contract.md; try
+//
+//	go run ./examples/nethttp -limit 3 -period 10s
+//	curl -i localhost:8080/
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redlimit/redlimit/examples/internal/exampleapp"
+	"github.com/redlimit/redlimit/nethttplimit"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "nethttp:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	app, err := exampleapp.Setup(ctx, "nethttp", args, getenv, stdout)
+	if err != nil {
+		return exampleapp.IgnoreHelp(err)
+	}
+	defer app.Close()
+
+	limit := nethttplimit.New(app.Limiter, app.Limit,
+		nethttplimit.WithKey(app.Key),
+		nethttplimit.WithHeaders(app.Headers),
+		nethttplimit.WithFailPolicy(app.Fail),
+		nethttplimit.WithMaxWait(app.MaxWait),
+		nethttplimit.WithObserver(app.Observer),
+		nethttplimit.WithErrorHandler(func(_ *http.Request, err error) { app.OnError(err) }),
+	)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	})
+	if app.Metrics != nil {
+		mux.Handle("GET /metrics", app.Metrics)
+	}
+	return app.Serve(ctx, app.NewHTTPServer(mux))
+}
