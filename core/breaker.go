@@ -16,12 +16,15 @@ var ErrUnavailable = errors.New("core: redis unavailable (circuit open)")
 // Default circuit breaker settings: see WithBreaker.
 const (
 	DefaultBreakerFailures = 5
-	DefaultBreakerCooldown = time.Second
+	DefaultBreakerCooldown = 500 * time.Millisecond
 )
 
 // WithBreaker sets the circuit breaker: after failures consecutive Redis
-// failures (errors or timeouts), calls fail at once with ErrUnavailable for
-// cooldown; then one call probes Redis, and its success closes the circuit.
+// failures (errors or timeouts) spread over at least twice the Limiter's
+// timeout, calls fail at once with ErrUnavailable for cooldown; then one
+// call probes Redis, and its success closes the circuit. The time span keeps
+// a burst of concurrent timeouts during a brief hiccup (a Cluster failover
+// takes tens of milliseconds) from opening the circuit for a whole cooldown.
 // So a dead Redis costs requests nothing after the first few, and exact
 // limiting resumes within cooldown of Redis coming back, with no restart.
 // failures <= 0 disables the breaker. Default: DefaultBreakerFailures,
@@ -41,11 +44,13 @@ func WithLogger(log *slog.Logger) Option {
 type breaker struct {
 	failures int
 	cooldown time.Duration
+	span     time.Duration // the least time a streak must cover to open
 	log      *slog.Logger
 
 	mu        sync.Mutex
 	failing   bool      // the last call failed
 	streak    int       // consecutive failures
+	since     time.Time // when the streak began
 	openUntil time.Time // zero when closed
 	probing   bool      // a probe is in flight while open
 }
@@ -84,12 +89,15 @@ func (b *breaker) record(ctx context.Context, err error, now time.Time) {
 		b.failing, b.streak, b.openUntil = false, 0, time.Time{}
 		return
 	}
+	if b.streak == 0 {
+		b.since = now
+	}
 	b.streak++
 	if !b.failing && b.log != nil {
 		b.log.Warn("redlimit: redis call failed", "err", err)
 	}
 	b.failing = true
-	if b.failures > 0 && b.streak >= b.failures {
+	if b.failures > 0 && b.streak >= b.failures && now.Sub(b.since) >= b.span {
 		if b.openUntil.IsZero() && b.log != nil {
 			b.log.Warn("redlimit: circuit open: not calling redis during cool-down",
 				"failures", b.streak, "cooldown", b.cooldown)

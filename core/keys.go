@@ -12,9 +12,9 @@ import (
 // be a surprise.
 var ErrEmptyKey = errors.New("core: empty key")
 
-// MaxKeyLen is the longest caller key stored as it is (after escaping).
+// MaxKeyLen is the longest caller key stored as it is, once escaped.
 // Longer keys, which an attacker can send in a header, are replaced by their
-// SHA-256 so what reaches Redis stays small.
+// SHA-256, so what reaches Redis stays small.
 const MaxKeyLen = 128
 
 // algorithmSuffix keeps the state of different algorithms apart, so a key
@@ -44,15 +44,14 @@ func redisKey(prefix, key string, a Algorithm) string {
 	return b.String()
 }
 
-// escapeTag makes a caller key safe as a hash tag. Keys longer than
-// MaxKeyLen become "#" + base64url(sha256(key)); '#' is escaped in every
-// other key, so the two forms cannot collide. '%', '{' and '}' are
-// percent-encoded. All other bytes (NUL, invalid UTF-8) are kept: Redis keys
-// are binary safe.
+// escapeTag makes a caller key safe as a hash tag. '%', '{', '}' and '#'
+// are percent-encoded; all other bytes (NUL, invalid UTF-8) are kept: Redis
+// keys are binary safe. A key whose escaped form is longer than MaxKeyLen
+// becomes "#" + base64url(sha256(key)) instead; '#' is escaped in every
+// other key, so the two forms cannot collide.
 func escapeTag(key string) string {
 	if len(key) > MaxKeyLen {
-		sum := sha256.Sum256([]byte(key))
-		return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+		return hashedTag(key)
 	}
 	if !strings.ContainsAny(key, "%{}#") {
 		return key
@@ -73,5 +72,13 @@ func escapeTag(key string) string {
 			b.WriteByte(c)
 		}
 	}
+	if b.Len() > MaxKeyLen {
+		return hashedTag(key)
+	}
 	return b.String()
+}
+
+func hashedTag(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }

@@ -127,6 +127,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
 	for _, opt := range opts {
 		opt(l)
 	}
+	l.breaker.span = 2 * l.timeout
 	l.run = rdb
 	l.detach = !honoursDeadlines(rdb)
 	if l.autoPipeline {
