@@ -313,9 +313,7 @@ func (p *Policy) Decide(r Request) Decision {
 			d.Limit = l
 		}
 	}
-	if p.MaxWait > 0 && d.Limit.Algorithm == LeakyBucket && (d.Limit.MaxDelay == 0 || p.MaxWait < d.Limit.MaxDelay) {
-		d.Limit.MaxDelay = p.MaxWait
-	}
+	d.Limit = p.capWait(d.Limit)
 	cost := 1
 	if p.Cost != nil {
 		cost = p.Cost(r)
@@ -358,12 +356,24 @@ func (p *Policy) Decide(r Request) Decision {
 	return d
 }
 
+// capWait applies MaxWait to a LeakyBucket limit: it only ever lowers
+// the Limit's own MaxDelay.
+func (p *Policy) capWait(l Limit) Limit {
+	if p.MaxWait > 0 && l.Algorithm == LeakyBucket && (l.MaxDelay == 0 || p.MaxWait < l.MaxDelay) {
+		l.MaxDelay = p.MaxWait
+	}
+	return l
+}
+
 func (p *Policy) decide(ctx context.Context, d *Decision, key string, cost int) error {
 	var err error
 	if len(p.Layers) == 0 {
 		d.Result, err = p.Limiter.AllowN(ctx, p.Name+":"+key, d.Limit, cost)
 	} else {
 		limits := append(append(make([]Limit, 0, 1+len(p.Layers)), d.Limit), p.Layers...)
+		for i := range limits[1:] {
+			limits[i+1] = p.capWait(limits[i+1])
+		}
 		d.Layers, err = p.Limiter.AllowLayers(ctx, p.Name+":"+key, limits, cost)
 		d.Result = Strictest(d.Layers)
 	}

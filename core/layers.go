@@ -92,10 +92,16 @@ func (l *Limiter) layersFallback(ctx context.Context, keys []string, limits []Li
 
 // Strictest returns the result to report for a layered decision: the
 // denying layer with the longest RetryAfter if any denies, else the layer
-// with the least Remaining (the longest ResetAfter among equals).
+// with the least Remaining (the longest ResetAfter among equals), carrying
+// the longest Delay of any layer, since a request leaves only when every
+// layer lets it.
 func Strictest(rs []Result) Result {
 	var best Result
+	var delay time.Duration
 	for i, r := range rs {
+		if r.Allowed {
+			delay = max(delay, r.Delay)
+		}
 		switch {
 		case i == 0:
 			best = r
@@ -110,6 +116,9 @@ func Strictest(rs []Result) Result {
 		case r.Remaining < best.Remaining || r.Remaining == best.Remaining && r.ResetAfter > best.ResetAfter:
 			best = r
 		}
+	}
+	if best.Allowed {
+		best.Delay = delay
 	}
 	return best
 }

@@ -17,14 +17,21 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 // returns instead of polling, and gives up at once, with an error, when ctx's
 // deadline would pass before the wait ends.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
-	if dl, ok := ctx.Deadline(); ok && limit.Algorithm == LeakyBucket {
-		// Never take a place in the queue that the deadline cannot wait for.
-		if left := time.Until(dl); limit.MaxDelay == 0 || left < limit.MaxDelay {
-			limit.MaxDelay = max(left, time.Microsecond)
-		}
-	}
 	for {
-		r, err := l.AllowN(ctx, key, limit, n)
+		lim := limit
+		if dl, ok := ctx.Deadline(); ok && limit.Algorithm == LeakyBucket {
+			left := time.Until(dl)
+			// A queued request leaves once the queue ahead has drained, and
+			// waiting does not make that sooner than the deadline: give up
+			// now rather than take a place that cannot be used.
+			if p, err := l.decide(ctx, key, limit, n, true); err == nil && p.Allowed && p.Delay > left {
+				return fmt.Errorf("core: delay of %v for %q would exceed the context deadline: %w", p.Delay, key, context.DeadlineExceeded)
+			}
+			if lim.MaxDelay == 0 || left < lim.MaxDelay {
+				lim.MaxDelay = max(left, time.Microsecond)
+			}
+		}
+		r, err := l.AllowN(ctx, key, lim, n)
 		if err != nil {
 			return err
 		}

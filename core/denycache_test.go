@@ -1,0 +1,332 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// TestDenyCacheAnswersLocally: after Redis denies a key, further requests
+// for it (same Limit, same or larger cost) are denied locally, Cached, with
+// no Redis command, and with the headers Redis gave.
+func TestDenyCacheAnswersLocally(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	var count opsCounter
+	rdb.AddHook(&count)
+	l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(100))
+	limit := PerHour(2)
+	for i := range 2 {
+		if r, err := l.Allow(ctx, "abuser", limit); err != nil || !r.Allowed {
+			t.Fatalf("request %d: %+v, %v; want admitted", i+1, r, err)
+		}
+	}
+	denied, err := l.Allow(ctx, "abuser", limit)
+	if err != nil || denied.Allowed || denied.Cached {
+		t.Fatalf("third request: %+v, %v; want denied by Redis", denied, err)
+	}
+	before := count.cmds.Load()
+	for i, n := range []int{1, 1, 2, 1, 2} {
+		r, err := l.AllowN(ctx, "abuser", limit, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed || !r.Cached {
+			t.Fatalf("cached request %d (n=%d): %+v; want denied from the cache", i, n, r)
+		}
+		if r.Limit != denied.Limit || r.Remaining != denied.Remaining {
+			t.Errorf("cached request %d: Limit %d Remaining %d, want Redis' %d, %d", i, r.Limit, r.Remaining, denied.Limit, denied.Remaining)
+		}
+		if r.RetryAfter <= 0 || r.RetryAfter > denied.RetryAfter {
+			t.Errorf("cached request %d: RetryAfter %v, want 0 < RetryAfter <= %v", i, r.RetryAfter, denied.RetryAfter)
+		}
+		if r.ResetAfter < r.RetryAfter || r.ResetAfter > denied.ResetAfter {
+			t.Errorf("cached request %d: ResetAfter %v, want RetryAfter (%v) <= ResetAfter <= %v", i, r.ResetAfter, r.RetryAfter, denied.ResetAfter)
+		}
+	}
+	if got := count.cmds.Load() - before; got != 0 {
+		t.Errorf("cached denials sent %d Redis commands, want 0", got)
+	}
+	// Peek is never answered from the cache.
+	if r, err := l.Peek(ctx, "abuser", limit); err != nil || r.Cached {
+		t.Errorf("Peek = %+v, %v; want an answer from Redis", r, err)
+	}
+	// Other keys are not affected.
+	if r, err := l.Allow(ctx, "someone-else", limit); err != nil || !r.Allowed || r.Cached {
+		t.Errorf("another key: %+v, %v; want admitted by Redis", r, err)
+	}
+}
+
+// TestDenyCacheNeverDeniesWhatRedisAdmits: a smaller cost, another Limit
+// and a Reset all go to Redis, which admits them.
+func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		// setup brings the key to a cached denial; then is the request
+		// that must reach Redis and be admitted.
+		setup func(t *testing.T, l *Limiter)
+		then  func(l *Limiter) (Result, error)
+	}{
+		{
+			name: "smaller cost",
+			setup: func(t *testing.T, l *Limiter) {
+				opsMustAllowN(t, l, "k", PerHour(10), 8)
+				opsMustDenyN(t, l, "k", PerHour(10), 5)
+			},
+			then: func(l *Limiter) (Result, error) { return l.AllowN(ctx, "k", PerHour(10), 2) },
+		},
+		{
+			name: "another limit",
+			setup: func(t *testing.T, l *Limiter) {
+				sw := Limit{Algorithm: SlidingWindow, Rate: 2, Period: time.Hour}
+				opsMustAllowN(t, l, "k", sw, 2)
+				opsMustDenyN(t, l, "k", sw, 1)
+			},
+			then: func(l *Limiter) (Result, error) {
+				return l.Allow(ctx, "k", Limit{Algorithm: SlidingWindow, Rate: 5, Period: time.Hour})
+			},
+		},
+		{
+			name: "another algorithm",
+			setup: func(t *testing.T, l *Limiter) {
+				opsMustAllowN(t, l, "k", PerHour(1), 1)
+				opsMustDenyN(t, l, "k", PerHour(1), 1)
+			},
+			then: func(l *Limiter) (Result, error) {
+				return l.Allow(ctx, "k", Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour})
+			},
+		},
+		{
+			name: "reset",
+			setup: func(t *testing.T, l *Limiter) {
+				opsMustAllowN(t, l, "k", PerHour(1), 1)
+				opsMustDenyN(t, l, "k", PerHour(1), 1)
+				if err := l.Reset(ctx, "k", PerHour(1)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			then: func(l *Limiter) (Result, error) { return l.Allow(ctx, "k", PerHour(1)) },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, rdb := redistest.Mini(t)
+			var count opsCounter
+			rdb.AddHook(&count)
+			l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(100))
+			tt.setup(t, l)
+			before := count.cmds.Load()
+			r, err := tt.then(l)
+			if err != nil || !r.Allowed || r.Cached {
+				t.Errorf("got %+v, %v; want admitted by Redis", r, err)
+			}
+			if got := count.cmds.Load() - before; got == 0 {
+				t.Errorf("the request sent no Redis command; want it to reach Redis")
+			}
+		})
+	}
+}
+
+// opsMustAllowN and opsMustDenyN make one decision that must go the given
+// way, from Redis.
+func opsMustAllowN(t *testing.T, l *Limiter, key string, limit Limit, n int) {
+	t.Helper()
+	if r, err := l.AllowN(context.Background(), key, limit, n); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(%q, n=%d) = %+v, %v; want admitted", key, n, r, err)
+	}
+}
+
+func opsMustDenyN(t *testing.T, l *Limiter, key string, limit Limit, n int) {
+	t.Helper()
+	r, err := l.AllowN(context.Background(), key, limit, n)
+	if err != nil || r.Allowed || r.Cached {
+		t.Fatalf("AllowN(%q, n=%d) = %+v, %v; want denied by Redis", key, n, r, err)
+	}
+	r, err = l.AllowN(context.Background(), key, limit, n)
+	if err != nil || r.Allowed || !r.Cached {
+		t.Fatalf("repeated AllowN(%q, n=%d) = %+v, %v; want denied from the cache", key, n, r, err)
+	}
+}
+
+// TestDenyCacheExpiresWithRetryAfter: requests are answered from the cache
+// only while Redis would still deny them; once RetryAfter has passed they
+// reach Redis again and are admitted. The cache expires by the wall clock,
+// so this polls (every 2ms) on a Redis whose clock follows it.
+func TestDenyCacheExpiresWithRetryAfter(t *testing.T) {
+	for _, be := range opsBackends() {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.open(t)
+			l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(100))
+			limit := Limit{Rate: 1, Period: 100 * time.Millisecond}
+			opsMustAllowN(t, l, "k", limit, 1)
+			denied, err := l.Allow(ctx, "k", limit)
+			sent := time.Now()
+			if err != nil || denied.Allowed || denied.Cached {
+				t.Fatalf("second request: %+v, %v; want denied by Redis", denied, err)
+			}
+			// Redis decided before sent, so it admits again by
+			// sent+RetryAfter at the latest: no cached denial after that.
+			admitsAt := sent.Add(denied.RetryAfter)
+			cached := 0
+			for {
+				at := time.Now()
+				r, err := l.Allow(ctx, "k", limit)
+				returned := time.Now()
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch {
+				case r.Cached && !at.Before(admitsAt):
+					t.Fatalf("cached denial %v after Redis' RetryAfter (%v) ended", at.Sub(admitsAt), denied.RetryAfter)
+				case r.Cached:
+					cached++
+				case r.Allowed:
+					if late := time.Since(admitsAt); late > 100*time.Millisecond {
+						t.Errorf("admitted %v after RetryAfter ended, want within 100ms", late)
+					}
+					if cached == 0 {
+						t.Errorf("no request was answered from the cache during RetryAfter %v", denied.RetryAfter)
+					}
+					return
+				default:
+					// Denied by Redis again (the cache ended a little
+					// before Redis' wait did): that denial is cached anew.
+					sent, admitsAt = returned, returned.Add(r.RetryAfter)
+				}
+				if time.Since(sent) > time.Second {
+					t.Fatalf("not admitted within 1s of a %v RetryAfter", denied.RetryAfter)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// TestDenyCacheBoundedMemory: the cache never holds more than maxKeys keys,
+// and a key dropped from it is simply decided by Redis again.
+func TestDenyCacheBoundedMemory(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	const maxKeys = 3
+	l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(maxKeys))
+	limit := PerHour(1)
+	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	for _, k := range keys {
+		opsMustAllowN(t, l, k, limit, 1)
+		if r, err := l.Allow(ctx, k, limit); err != nil || r.Allowed {
+			t.Fatalf("%s: %+v, %v; want denied", k, r, err)
+		}
+		l.denied.mu.Lock()
+		size := len(l.denied.m)
+		l.denied.mu.Unlock()
+		if size > maxKeys {
+			t.Fatalf("after denying %q the cache holds %d keys, want <= %d", k, size, maxKeys)
+		}
+	}
+	cached := 0
+	for _, k := range keys {
+		r, err := l.Allow(ctx, k, limit)
+		if err != nil || r.Allowed {
+			t.Errorf("%s: %+v, %v; want still denied (from the cache or from Redis)", k, r, err)
+		}
+		if r.Cached {
+			cached++
+		}
+	}
+	if cached > maxKeys {
+		t.Errorf("%d keys answered from the cache, want <= %d", cached, maxKeys)
+	}
+}
+
+func TestDenyCacheOff(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	for _, opts := range [][]Option{nil, {WithDenyCache(0)}} {
+		l := New(rdb, append([]Option{WithPrefix(opsPrefix(t))}, opts...)...)
+		opsMustAllowN(t, l, "k", PerHour(1), 1)
+		for range 3 {
+			if r, err := l.Allow(ctx, "k", PerHour(1)); err != nil || r.Allowed || r.Cached {
+				t.Errorf("without a deny cache: %+v, %v; want denied by Redis", r, err)
+			}
+		}
+	}
+}
+
+// TestDenyCacheAbusiveTraffic measures Redis commands under abusive traffic
+// on one key: a token bucket of 10 per second, 8 goroutines sending 250
+// requests each, one every 4ms (2000 requests over ~1s, ~95% denied), once
+// without and once with the deny cache, on the real Redis. The cache must
+// cut Redis commands at least 10x, and admit as much as Redis alone.
+func TestDenyCacheAbusiveTraffic(t *testing.T) {
+	rdb := redistest.Real(t)
+	var count opsCounter
+	rdb.AddHook(&count)
+	limit := PerSecond(10)
+	const (
+		goroutines = 8
+		perG       = 250
+		every      = 4 * time.Millisecond
+	)
+	run := func(opts ...Option) (cmds int64, admitted, cached, total int, elapsed time.Duration) {
+		l := New(rdb, append([]Option{WithPrefix(opsPrefix(t)), WithTimeout(time.Second)}, opts...)...)
+		ctx := context.Background()
+		// Load the script, so both runs count decisions only.
+		if _, err := l.Peek(ctx, "warm-up", limit); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		before := count.cmds.Load()
+		start := time.Now()
+		for range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(every)
+				defer tick.Stop()
+				for range perG {
+					<-tick.C
+					r, err := l.Allow(ctx, "abuser", limit)
+					mu.Lock()
+					total++
+					if err != nil {
+						t.Error(err)
+					}
+					if r.Allowed {
+						admitted++
+					}
+					if r.Cached {
+						cached++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		return count.cmds.Load() - before, admitted, cached, total, time.Since(start)
+	}
+	plainCmds, plainAdmitted, _, total, plainElapsed := run()
+	cacheCmds, cacheAdmitted, cached, _, cacheElapsed := run(WithDenyCache(1000))
+	ratio := float64(plainCmds) / float64(max(cacheCmds, 1))
+	t.Logf("%d requests: without cache %d Redis commands, %d admitted, %v; with cache %d commands, %d admitted, %d cached, %v; ratio %.1fx",
+		total, plainCmds, plainAdmitted, plainElapsed.Round(time.Millisecond),
+		cacheCmds, cacheAdmitted, cached, cacheElapsed.Round(time.Millisecond), ratio)
+	if ratio < 10 {
+		t.Errorf("the deny cache cut Redis commands %.1fx (%d -> %d), want >= 10x", ratio, plainCmds, cacheCmds)
+	}
+	if denied := 1 - float64(plainAdmitted)/float64(total); denied < 0.9 {
+		t.Errorf("only %.0f%% denied without the cache: not abusive traffic", 100*denied)
+	}
+	// The cache denies only while Redis would: it admits about as many.
+	if bound := 10 + int(10*cacheElapsed.Seconds()); cacheAdmitted > bound {
+		t.Errorf("with the cache %d admitted, above the limit's bound %d", cacheAdmitted, bound)
+	}
+	if cacheAdmitted < plainAdmitted*8/10 {
+		t.Errorf("with the cache %d admitted, without %d: the cache denied what Redis would admit", cacheAdmitted, plainAdmitted)
+	}
+}

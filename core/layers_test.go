@@ -1,0 +1,526 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// Helpers shared by the operations tests (layers, overrides, wait, deny
+// cache, policy). Their names start with "ops" so they never meet the
+// helpers of the other test files of this package.
+
+// opsPrefix is a key prefix unique to the test, so tests that share a real
+// Redis never touch each other's keys.
+func opsPrefix(t testing.TB) string {
+	t.Helper()
+	return fmt.Sprintf("rltest:%s:%d", t.Name(), time.Now().UnixNano())
+}
+
+// opsCounter is a redis.Hook that counts the commands a client sends, and
+// the script replies that admitted (first element 1).
+type opsCounter struct {
+	cmds     atomic.Int64
+	admitted atomic.Int64
+}
+
+func (c *opsCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *opsCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.cmds.Add(1)
+		err := next(ctx, cmd)
+		c.sawReply(cmd)
+		return err
+	}
+}
+
+func (c *opsCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.cmds.Add(int64(len(cmds)))
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			c.sawReply(cmd)
+		}
+		return err
+	}
+}
+
+func (c *opsCounter) sawReply(cmd redis.Cmder) {
+	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		return
+	}
+	if isPeek(cmd.Args()) {
+		return
+	}
+	if rc, ok := cmd.(*redis.Cmd); ok {
+		if vals, ok := rc.Val().([]any); ok && len(vals) > 0 && vals[0] == int64(1) {
+			c.admitted.Add(1)
+		}
+	}
+}
+
+// isPeek reports whether args are a one-key algorithm script run as a peek:
+// its peek flag (ARGV[5] for the buckets, ARGV[4] for the windows) is "1".
+func isPeek(args []any) bool {
+	if len(args) < 4 || fmt.Sprint(args[2]) != "1" {
+		return false
+	}
+	key := fmt.Sprint(args[3])
+	flag := 4 + 3 // args[4] is ARGV[1]
+	if strings.HasSuffix(key, ":tb") || strings.HasSuffix(key, ":lb") {
+		flag = 4 + 4
+	}
+	return len(args) > flag && fmt.Sprint(args[flag]) == "1"
+}
+
+// opsWallClock is a redis.Hook that moves a miniredis' clock to follow the
+// wall clock before every command, for the tests of code that sleeps on the
+// wall clock (Wait, the deny cache's expiry) and so cannot be driven by
+// SetTime alone.
+type opsWallClock struct {
+	mr    *miniredis.Miniredis
+	start time.Time
+}
+
+func (w *opsWallClock) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (w *opsWallClock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		w.mr.SetTime(redistest.Epoch.Add(time.Since(w.start)))
+		return next(ctx, cmd)
+	}
+}
+
+func (w *opsWallClock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		w.mr.SetTime(redistest.Epoch.Add(time.Since(w.start)))
+		return next(ctx, cmds)
+	}
+}
+
+// opsBackend is a Redis whose clock moves with the wall clock: a miniredis
+// driven by opsWallClock, or the real Redis of REDIS_URL.
+type opsBackend struct {
+	name string
+	open func(t *testing.T) *redis.Client
+}
+
+func opsBackends() []opsBackend {
+	return []opsBackend{
+		{"miniredis", func(t *testing.T) *redis.Client {
+			t.Helper()
+			mr, rdb := redistest.Mini(t)
+			rdb.AddHook(&opsWallClock{mr: mr, start: time.Now()})
+			return rdb
+		}},
+		{"redis", func(t *testing.T) *redis.Client {
+			t.Helper()
+			return redistest.Real(t)
+		}},
+	}
+}
+
+// opsPeekLayer reports what layer i of an AllowLayers(key, limits) would
+// decide now for a cost of 1, without consuming: layer 0 through the
+// Limiter's own Peek (it is the same state as Allow), layer i > 0 by running
+// its algorithm's script in peek mode on the layer's key.
+func opsPeekLayer(t *testing.T, l *Limiter, key string, limits []Limit, i int) Result {
+	t.Helper()
+	ctx := context.Background()
+	if i == 0 {
+		r, err := l.Peek(ctx, key, limits[0])
+		if err != nil {
+			t.Fatalf("Peek(layer 0): %v", err)
+		}
+		return r
+	}
+	limit := limits[i]
+	p, err := limit.params()
+	if err != nil {
+		t.Fatalf("layer %d: %v", i, err)
+	}
+	k := redisKey(l.prefix, key, limit.Algorithm) + ":" + fmt.Sprint(i)
+	v, err := scripts[limit.Algorithm].Run(ctx, l.rdb, []string{k}, scriptArgs(limit.Algorithm, p, 1, true)...).Result()
+	if err != nil {
+		t.Fatalf("peek layer %d (%s): %v", i, k, err)
+	}
+	r, err := parseReply(v, int(p.capacity))
+	if err != nil {
+		t.Fatalf("peek layer %d: %v", i, err)
+	}
+	return r
+}
+
+func opsAllowed(rs []Result) []bool {
+	out := make([]bool, len(rs))
+	for i, r := range rs {
+		out[i] = r.Allowed
+	}
+	return out
+}
+
+func opsEqualBools(a, b []bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+var opsAlgorithms = []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket}
+
+// TestAllowLayersAllOrNothing decides two layers of every pair of
+// algorithms on a frozen miniredis clock: the layer of rate 2 denies the
+// third request, and that denial consumes from neither layer.
+func TestAllowLayersAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, a0 := range opsAlgorithms {
+		for _, a1 := range opsAlgorithms {
+			for _, denier := range []int{0, 1} {
+				name := fmt.Sprintf("%s+%s/layer%d_denies", a0, a1, denier)
+				t.Run(name, func(t *testing.T) {
+					_, rdb := redistest.Mini(t)
+					l := New(rdb, WithPrefix(opsPrefix(t)))
+					limits := []Limit{
+						{Algorithm: a0, Rate: 3, Period: time.Hour},
+						{Algorithm: a1, Rate: 3, Period: time.Minute},
+					}
+					limits[denier].Rate = 2
+					const key = "user:1"
+					for i := range 2 {
+						rs, err := l.AllowLayers(ctx, key, limits, 1)
+						if err != nil {
+							t.Fatalf("request %d: %v", i+1, err)
+						}
+						if got, want := opsAllowed(rs), []bool{true, true}; !opsEqualBools(got, want) {
+							t.Fatalf("request %d: layers allowed %v, want %v", i+1, got, want)
+						}
+					}
+					before := []Result{opsPeekLayer(t, l, key, limits, 0), opsPeekLayer(t, l, key, limits, 1)}
+					for i := range 3 {
+						rs, err := l.AllowLayers(ctx, key, limits, 1)
+						if err != nil {
+							t.Fatalf("denied request %d: %v", i+1, err)
+						}
+						want := []bool{true, true}
+						want[denier] = false
+						if got := opsAllowed(rs); !opsEqualBools(got, want) {
+							t.Fatalf("denied request %d: layers allowed %v, want %v", i+1, got, want)
+						}
+						if got := Strictest(rs); got.Allowed || got.RetryAfter <= 0 {
+							t.Errorf("Strictest = %+v, want a denial with RetryAfter > 0", got)
+						}
+					}
+					for i := range limits {
+						got := opsPeekLayer(t, l, key, limits, i)
+						if got != before[i] {
+							t.Errorf("layer %d after denials: peek = %+v, want unchanged %+v", i, got, before[i])
+						}
+						// Both layers admitted exactly two: rate 3 leaves 1, rate 2 leaves 0.
+						if want := limits[i].Rate - 2; got.Remaining != want {
+							t.Errorf("layer %d: Remaining %d, want %d (two admitted, none of the denied consumed)", i, got.Remaining, want)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestAllowLayersLayerZeroIsAllowState: layer 0 is the state a plain Allow
+// of the same key and Limit uses, in both directions.
+func TestAllowLayersLayerZeroIsAllowState(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	l := New(rdb, WithPrefix(opsPrefix(t)))
+	limits := []Limit{PerHour(5), {Algorithm: SlidingWindow, Rate: 100, Period: time.Hour}}
+	if _, err := l.AllowLayers(ctx, "k", limits, 2); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.Allow(ctx, "k", limits[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := r.Remaining, 2; got != want {
+		t.Errorf("plain Allow after AllowLayers(n=2): Remaining %d, want %d", got, want)
+	}
+	rs, err := l.AllowLayers(ctx, "k", limits, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rs[0].Remaining, 1; got != want {
+		t.Errorf("layer 0 after plain Allow: Remaining %d, want %d", got, want)
+	}
+	if got, want := rs[1].Remaining, 97; got != want {
+		t.Errorf("layer 1 (not touched by plain Allow): Remaining %d, want %d", got, want)
+	}
+}
+
+// TestAllowLayersCostAcrossLayers: a cost n is taken from every layer, and
+// a cost one layer cannot cover takes nothing from the others.
+func TestAllowLayersCostAcrossLayers(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	l := New(rdb, WithPrefix(opsPrefix(t)))
+	limits := []Limit{
+		{Algorithm: FixedWindow, Rate: 10, Period: time.Minute},
+		{Algorithm: TokenBucket, Rate: 6, Period: time.Hour},
+		{Algorithm: SlidingWindowCounter, Rate: 8, Period: time.Hour},
+	}
+	steps := []struct {
+		n         int
+		want      []bool
+		remaining []int // each layer's Remaining in the reply
+	}{
+		{n: 4, want: []bool{true, true, true}, remaining: []int{6, 2, 4}},
+		{n: 3, want: []bool{true, false, true}, remaining: []int{6, 2, 4}}, // peeks: nothing taken
+		{n: 2, want: []bool{true, true, true}, remaining: []int{4, 0, 2}},
+		{n: 1, want: []bool{true, false, true}, remaining: []int{4, 0, 2}},
+	}
+	for i, s := range steps {
+		rs, err := l.AllowLayers(ctx, "k", limits, s.n)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := opsAllowed(rs); !opsEqualBools(got, s.want) {
+			t.Errorf("step %d (n=%d): allowed %v, want %v", i, s.n, got, s.want)
+		}
+		for j, r := range rs {
+			if r.Remaining != s.remaining[j] {
+				t.Errorf("step %d (n=%d): layer %d Remaining %d, want %d", i, s.n, j, r.Remaining, s.remaining[j])
+			}
+		}
+	}
+}
+
+func TestLayersStrictest(t *testing.T) {
+	allow := func(remaining int, reset time.Duration) Result {
+		return Result{Allowed: true, Limit: 10, Remaining: remaining, ResetAfter: reset}
+	}
+	deny := func(retry time.Duration) Result {
+		return Result{Allowed: false, Limit: 10, RetryAfter: retry, ResetAfter: 2 * retry}
+	}
+	tests := []struct {
+		name string
+		rs   []Result
+		want Result
+	}{
+		{"none", nil, Result{}},
+		{"one", []Result{allow(3, time.Second)}, allow(3, time.Second)},
+		{"least remaining", []Result{allow(5, time.Hour), allow(2, time.Second), allow(4, time.Minute)}, allow(2, time.Second)},
+		{"equal remaining, longest reset", []Result{allow(2, time.Second), allow(2, time.Hour), allow(2, time.Minute)}, allow(2, time.Hour)},
+		{"a denial beats any admission", []Result{allow(0, time.Hour), deny(time.Millisecond)}, deny(time.Millisecond)},
+		{"denial first", []Result{deny(time.Millisecond), allow(0, time.Hour)}, deny(time.Millisecond)},
+		{"longest retry among denials", []Result{deny(time.Second), allow(1, time.Second), deny(time.Minute), deny(time.Millisecond)}, deny(time.Minute)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Strictest(tt.rs); got != tt.want {
+				t.Errorf("Strictest = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestAllowLayersInvalid(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	l := New(rdb, WithPrefix(opsPrefix(t)))
+	ok := PerSecond(10)
+	tests := []struct {
+		name    string
+		limits  []Limit
+		n       int
+		wantErr error
+		wantMsg string // a substring of the error, naming the layer
+	}{
+		{"no limits", nil, 1, ErrInvalidLimit, "at least one"},
+		{"empty limits", []Limit{}, 1, ErrInvalidLimit, "at least one"},
+		{"bad layer 0", []Limit{{Rate: 1}, ok}, 1, ErrInvalidLimit, "layer 0"},
+		{"bad layer 1", []Limit{ok, {Rate: 0, Period: time.Second}}, 1, ErrInvalidLimit, "layer 1"},
+		{"unknown algorithm in layer 2", []Limit{ok, ok, {Algorithm: 42, Rate: 1, Period: time.Second}}, 1, ErrInvalidLimit, "layer 2"},
+		{"n above layer 1's capacity", []Limit{ok, PerHour(3)}, 4, ErrInvalidCost, "layer 1"},
+		{"n above layer 0's capacity", []Limit{PerSecond(2), PerHour(30)}, 3, ErrInvalidCost, "layer 0"},
+		{"n = 0", []Limit{ok, ok}, 0, ErrInvalidCost, "layer 0"},
+		{"n < 0", []Limit{ok}, -1, ErrInvalidCost, "layer 0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := l.AllowLayers(ctx, "k", tt.limits, tt.n)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("err = %q, want it to mention %q", err, tt.wantMsg)
+			}
+			if rs != nil {
+				t.Errorf("results = %v, want nil", rs)
+			}
+		})
+	}
+	if _, err := l.AllowLayers(ctx, "", []Limit{ok}, 1); !errors.Is(err, ErrEmptyKey) {
+		t.Errorf("empty key: err = %v, want ErrEmptyKey", err)
+	}
+	if _, err := New(nil).AllowLayers(ctx, "k", []Limit{ok}, 1); !errors.Is(err, ErrNoClient) {
+		t.Errorf("nil client: err = %v, want ErrNoClient", err)
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("invalid calls wrote keys %v", keys)
+	}
+}
+
+// TestAllowLayersTTL: every layer's key gets a TTL, no longer than the
+// time its layer needs to be whole again.
+func TestAllowLayersTTL(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	l := New(rdb, WithPrefix(opsPrefix(t)))
+	limits := []Limit{
+		{Algorithm: TokenBucket, Rate: 10, Period: time.Second},
+		{Algorithm: SlidingWindow, Rate: 100, Period: time.Minute},
+		{Algorithm: SlidingWindowCounter, Rate: 1000, Period: time.Hour},
+		{Algorithm: FixedWindow, Rate: 50, Period: 10 * time.Minute},
+		{Algorithm: LeakyBucket, Rate: 5, Period: time.Second, Burst: 20},
+	}
+	if _, err := l.AllowLayers(ctx, "k", limits, 2); err != nil {
+		t.Fatal(err)
+	}
+	keys := mr.Keys()
+	if got, want := len(keys), len(limits); got != want {
+		t.Fatalf("keys %v: got %d, want one per layer (%d)", keys, got, want)
+	}
+	for i, limit := range limits {
+		k := layerKey(l.prefix, "k", limit.Algorithm, i)
+		ttl := mr.TTL(k)
+		// The window algorithms keep state up to two periods.
+		if ttl <= 0 || ttl > 2*limit.Period {
+			t.Errorf("layer %d (%s): TTL %v, want 0 < TTL <= %v", i, k, ttl, 2*limit.Period)
+		}
+	}
+}
+
+// TestAllowLayersConcurrentNeverOverAdmits hammers two layers (20 per 2s
+// token bucket, 30 per hour sliding window) from 64 goroutines over 4
+// clients on a real Redis for about 1.5s, and checks that neither layer
+// admitted more than its bound at any time.
+func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
+	const (
+		clients    = 4
+		goroutines = 64
+		run        = 1500 * time.Millisecond
+		key        = "tenant:hot"
+	)
+	limits := []Limit{
+		{Algorithm: TokenBucket, Rate: 20, Period: 2 * time.Second},
+		{Algorithm: SlidingWindow, Rate: 30, Period: time.Hour},
+	}
+	prefix := opsPrefix(t)
+	limiters := make([]*Limiter, clients)
+	var rdb *redis.Client
+	for i := range limiters {
+		rdb = redistest.Real(t)
+		limiters[i] = New(rdb, WithPrefix(prefix), WithTimeout(5*time.Second), WithBreaker(0, 0))
+	}
+	keys := []string{layerKey(limiters[0].prefix, key, limits[0].Algorithm, 0), layerKey(limiters[0].prefix, key, limits[1].Algorithm, 1)}
+	t.Cleanup(func() { _ = rdb.Del(context.Background(), keys...).Err() })
+
+	ctx := context.Background()
+	var (
+		mu        sync.Mutex
+		admits    []time.Duration // since start, when the admission was seen
+		denied    [2]int          // denials per layer
+		calls     int
+		firstErr  error
+		wg        sync.WaitGroup
+		startGate = make(chan struct{})
+	)
+	var start time.Time
+	for g := range goroutines {
+		wg.Add(1)
+		go func(l *Limiter) {
+			defer wg.Done()
+			<-startGate
+			for time.Since(start) < run {
+				rs, err := l.AllowLayers(ctx, key, limits, 1)
+				seen := time.Since(start)
+				mu.Lock()
+				calls++
+				switch {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = err
+					}
+				case Strictest(rs).Allowed:
+					admits = append(admits, seen)
+				default:
+					for i, r := range rs {
+						if !r.Allowed {
+							denied[i]++
+						}
+					}
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}(limiters[g%clients])
+	}
+	start = time.Now()
+	close(startGate)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if firstErr != nil {
+		t.Fatalf("AllowLayers: %v", firstErr)
+	}
+
+	// Token bucket: at most 20 + 10 per second since start, at every
+	// moment. An admission seen at local time s happened in Redis no later,
+	// and Redis' clock started after start.
+	for i, s := range admits {
+		bound := 20 + int(10*s.Seconds())
+		if i+1 > bound {
+			t.Errorf("token bucket layer over-admitted: %d admissions seen by %v, bound %d", i+1, s, bound)
+			break
+		}
+	}
+	// Sliding window: at most 30 in the hour.
+	if got := len(admits); got > 30 {
+		t.Errorf("sliding window layer over-admitted: %d admissions, bound 30", got)
+	}
+	// Every admission, and nothing else, is in the sliding window's log:
+	// requests the token bucket denied took nothing from it.
+	n, err := rdb.ZCard(ctx, keys[1]).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := int(n), len(admits); got != want {
+		t.Errorf("sliding window log holds %d entries, want %d (the admissions)", got, want)
+	}
+	for _, k := range keys {
+		if ttl, err := rdb.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
+			t.Errorf("%s: PTTL %v, %v; want a TTL", k, ttl, err)
+		}
+	}
+	// The run must have pushed both layers to deny, or it proved little.
+	if denied[0] == 0 || denied[1] == 0 {
+		t.Errorf("denials per layer %v: want both layers to have denied", denied)
+	}
+	t.Logf("%d calls in %v: %d admitted (token bucket bound %d, window bound 30), denials by layer %v",
+		calls, elapsed.Round(time.Millisecond), len(admits), 20+int(10*elapsed.Seconds()), denied)
+}

@@ -1,0 +1,388 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+func TestOverridesSetGetRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	prefix := opsPrefix(t)
+	tests := []struct {
+		name  string
+		limit Limit
+	}{
+		{"token bucket", PerSecond(100)},
+		{"token bucket with burst", Limit{Rate: 10, Period: time.Minute, Burst: 50}},
+		{"sliding window", Limit{Algorithm: SlidingWindow, Rate: 1000, Period: time.Hour}},
+		{"sliding window counter", Limit{Algorithm: SlidingWindowCounter, Rate: 7, Period: 1500 * time.Millisecond}},
+		{"fixed window", Limit{Algorithm: FixedWindow, Rate: 3, Period: 24 * time.Hour}},
+		{"leaky bucket with max delay", Limit{Algorithm: LeakyBucket, Rate: 5, Period: time.Second, Burst: 20, MaxDelay: 250 * time.Millisecond}},
+		{"microsecond period", Limit{Rate: 1, Period: 1234 * time.Microsecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			writer := NewOverrides(rdb, prefix, time.Minute)
+			if err := writer.Set(ctx, tt.name, tt.limit, 0); err != nil {
+				t.Fatal(err)
+			}
+			for _, who := range []struct {
+				name string
+				o    *Overrides
+			}{{"writer", writer}, {"fresh instance", NewOverrides(rdb, prefix, time.Minute)}} {
+				got, found, err := who.o.Get(ctx, tt.name)
+				if err != nil || !found || got != tt.limit {
+					t.Errorf("%s: Get = %+v, %v, %v; want %+v, true, nil", who.name, got, found, err, tt.limit)
+				}
+			}
+		})
+	}
+}
+
+// TestOverridesSetReplaces: a second Set with another Limit wins (no
+// HSETNX-style "first write sticks"), on the writer and on a fresh reader.
+func TestOverridesSetReplaces(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	prefix := opsPrefix(t)
+	o := NewOverrides(rdb, prefix, time.Minute)
+	first, second := PerSecond(10), Limit{Algorithm: SlidingWindow, Rate: 99, Period: time.Minute}
+	if err := o.Set(ctx, "tenant:a", first, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Set(ctx, "tenant:a", second, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []struct {
+		name string
+		o    *Overrides
+	}{{"writer", o}, {"fresh instance", NewOverrides(rdb, prefix, time.Minute)}} {
+		got, found, err := who.o.Get(ctx, "tenant:a")
+		if err != nil || !found || got != second {
+			t.Errorf("%s: Get = %+v, %v, %v; want the second Set %+v", who.name, got, found, err, second)
+		}
+	}
+}
+
+func TestOverridesDelete(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	prefix := opsPrefix(t)
+	o := NewOverrides(rdb, prefix, time.Minute)
+	if err := o.Set(ctx, "tenant:a", PerSecond(10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Delete(ctx, "tenant:a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []struct {
+		name string
+		o    *Overrides
+	}{{"writer", o}, {"fresh instance", NewOverrides(rdb, prefix, time.Minute)}} {
+		got, found, err := who.o.Get(ctx, "tenant:a")
+		if err != nil || found {
+			t.Errorf("%s: Get after Delete = %+v, %v, %v; want not found", who.name, got, found, err)
+		}
+	}
+	if err := o.Delete(ctx, "never-set"); err != nil {
+		t.Errorf("Delete of a name never set: %v, want nil", err)
+	}
+}
+
+func TestOverridesSetRefusesInvalid(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	o := NewOverrides(rdb, opsPrefix(t), time.Minute)
+	tests := []struct {
+		name    string
+		limit   Limit
+		ttl     time.Duration
+		wantErr error // nil: any error
+	}{
+		{"zero rate", Limit{Period: time.Second}, 0, ErrInvalidLimit},
+		{"zero period", Limit{Rate: 1}, 0, ErrInvalidLimit},
+		{"negative burst", Limit{Rate: 1, Period: time.Second, Burst: -1}, 0, ErrInvalidLimit},
+		{"unknown algorithm", Limit{Algorithm: 9, Rate: 1, Period: time.Second}, 0, ErrInvalidLimit},
+		{"zero limit", Limit{}, 0, ErrInvalidLimit},
+		{"negative ttl", PerSecond(1), -time.Second, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := o.Set(ctx, "n", tt.limit, tt.ttl)
+			if err == nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Set = %v, want %v", err, tt.wantErr)
+			}
+			if _, found, _ := o.Get(ctx, "n"); found {
+				t.Errorf("Get after a refused Set: found, want nothing stored")
+			}
+		})
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("refused Sets stored %v", keys)
+	}
+}
+
+// TestOverridesMalformedStored: a value an operator SET by hand wrongly
+// gives a clear error naming the override, never a Limit.
+func TestOverridesMalformedStored(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	prefix := opsPrefix(t)
+	tests := []struct {
+		stored  string
+		wantMsg string
+	}{
+		{"", "want \"algorithm rate period"},
+		{"token_bucket", "want \"algorithm rate period"},
+		{"token_bucket 10", "want \"algorithm rate period"},
+		{"token_bucket 10 1s 5 0s extra", "want \"algorithm rate period"},
+		{"tokenbucket 10 1s", "unknown algorithm"},
+		{"token_bucket ten 1s", "rate \"ten\""},
+		{"token_bucket 10 1sec", "period \"1sec\""},
+		{"token_bucket 10 1s five", "burst \"five\""},
+		{"leaky_bucket 10 1s 5 soon", "max delay \"soon\""},
+		{"token_bucket 0 1s", "Rate must be > 0"},
+		{"sliding_window 10 0s", "Period must be >= 1µs"},
+		{"token_bucket 10 1s -3", "Burst must be >= 0"},
+	}
+	for _, tt := range tests {
+		t.Run(strconv.Quote(tt.stored), func(t *testing.T) {
+			o := NewOverrides(rdb, prefix, time.Minute)
+			mr.Set(o.key("bad"), tt.stored)
+			got, found, err := o.Get(ctx, "bad")
+			if !errors.Is(err, ErrInvalidLimit) {
+				t.Fatalf("Get = %+v, %v, %v; want an error wrapping ErrInvalidLimit", got, found, err)
+			}
+			if found || got != (Limit{}) {
+				t.Errorf("Get = %+v, %v; want no Limit with the error", got, found)
+			}
+			msg := err.Error()
+			for _, want := range []string{"core: overrides", `"bad"`, tt.wantMsg} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not mention %q", msg, want)
+				}
+			}
+		})
+	}
+	t.Run("well formed by hand", func(t *testing.T) {
+		o := NewOverrides(rdb, prefix, time.Minute)
+		mr.Set(o.key("good"), "  sliding_window   100 1m  ")
+		got, found, err := o.Get(ctx, "good")
+		want := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Minute}
+		if err != nil || !found || got != want {
+			t.Errorf("Get = %+v, %v, %v; want %+v", got, found, err, want)
+		}
+	})
+}
+
+func TestOverridesTTL(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	prefix := opsPrefix(t)
+	o := NewOverrides(rdb, prefix, time.Minute)
+	if err := o.Set(ctx, "temporary", PerSecond(500), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Set(ctx, "permanent", PerSecond(5), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mr.TTL(o.key("temporary")), 10*time.Second; got != want {
+		t.Errorf("TTL of a Set with ttl 10s = %v, want %v", got, want)
+	}
+	if got := mr.TTL(o.key("permanent")); got != 0 {
+		t.Errorf("TTL of a Set with ttl 0 = %v, want none", got)
+	}
+	mr.FastForward(10*time.Second + time.Millisecond)
+	fresh := NewOverrides(rdb, prefix, time.Minute)
+	if got, found, err := fresh.Get(ctx, "temporary"); err != nil || found {
+		t.Errorf("after the ttl: Get = %+v, %v, %v; want not found", got, found, err)
+	}
+	if got, found, err := fresh.Get(ctx, "permanent"); err != nil || !found || got != PerSecond(5) {
+		t.Errorf("permanent: Get = %+v, %v, %v; want found", got, found, err)
+	}
+}
+
+// TestOverridesCache: within MaxAge, Gets are answered locally, found or
+// not; one GET per name.
+func TestOverridesCache(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	var count opsCounter
+	rdb.AddHook(&count)
+	prefix := opsPrefix(t)
+	if err := NewOverrides(rdb, prefix, 0).Set(ctx, "set", PerSecond(3), 0); err != nil {
+		t.Fatal(err)
+	}
+	o := NewOverrides(rdb, prefix, time.Hour)
+	before := count.cmds.Load()
+	for range 100 {
+		if _, found, err := o.Get(ctx, "set"); err != nil || !found {
+			t.Fatalf("Get(set) = %v, %v", found, err)
+		}
+		if _, found, err := o.Get(ctx, "unset"); err != nil || found {
+			t.Fatalf("Get(unset) = %v, %v", found, err)
+		}
+	}
+	if got, want := count.cmds.Load()-before, int64(2); got != want {
+		t.Errorf("200 Gets of 2 names sent %d commands, want %d", got, want)
+	}
+}
+
+// TestOverridesKeepLastKnownOnError: when Redis fails after the cache
+// expired, Get returns the last known Limit with the error.
+func TestOverridesKeepLastKnownOnError(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	o := NewOverrides(rdb, opsPrefix(t), time.Nanosecond) // every Get asks Redis
+	if err := o.Set(ctx, "n", PerSecond(3), 0); err != nil {
+		t.Fatal(err)
+	}
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	got, found, err := o.Get(ctx, "n")
+	if err == nil || !found || got != PerSecond(3) {
+		t.Errorf("Get with Redis failing = %+v, %v, %v; want the last known Limit and an error", got, found, err)
+	}
+	if _, found, err := o.Get(ctx, "never-seen"); err == nil || found {
+		t.Errorf("Get of an unknown name with Redis failing = %v, %v; want an error, not found", found, err)
+	}
+}
+
+// TestOverridesSecondInstanceObeysWithinMaxAge: instance B has cached the
+// old Limit; after instance A sets a new one, B's Policy decides with it
+// within MaxAge (200ms; the test allows 200ms + 150ms of scheduling slack,
+// polling every 5ms). Overrides caches by the wall clock, so this waits on
+// it.
+func TestOverridesSecondInstanceObeysWithinMaxAge(t *testing.T) {
+	const (
+		maxAge = 200 * time.Millisecond
+		slack  = 150 * time.Millisecond
+	)
+	for _, be := range opsBackends() {
+		t.Run(be.name, func(t *testing.T) {
+			ctx := context.Background()
+			rdb := be.open(t)
+			prefix := opsPrefix(t)
+			a := NewOverrides(rdb, prefix, maxAge)
+			b := NewOverrides(opsSecondClient(t, rdb), prefix, maxAge)
+			const name = "h:X-Tenant:gold" // what the key function yields
+			t.Cleanup(func() { _ = a.Delete(context.Background(), name) })
+
+			oldLimit, newLimit := PerMinute(10), PerMinute(2)
+			l := New(rdb, WithPrefix(prefix))
+			pb, err := NewPolicy(Policy{Limiter: l, Limit: PerMinute(1000),
+				LimitFunc: b.LimitFunc(KeyByHeader("X-Tenant", nil)), Key: KeyByHeader("X-Tenant", nil)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := polRequest{remote: "192.0.2.1:1", header: http.Header{"X-Tenant": {"gold"}}}
+			if err := a.Set(ctx, name, oldLimit, 0); err != nil {
+				t.Fatal(err)
+			}
+			if d := pb.Decide(req); d.Limit != oldLimit {
+				t.Fatalf("B before the change: Limit %+v, want %+v", d.Limit, oldLimit)
+			}
+			if err := a.Set(ctx, name, newLimit, 0); err != nil {
+				t.Fatal(err)
+			}
+			set := time.Now()
+			if got, _, _ := a.Get(ctx, name); got != newLimit {
+				t.Fatalf("A after its own Set: %+v, want %+v at once", got, newLimit)
+			}
+			for {
+				d := pb.Decide(req)
+				waited := time.Since(set)
+				if d.Limit == newLimit {
+					if got, want := d.Result.Limit, newLimit.Capacity(); got != want {
+						t.Errorf("B's decision reports Limit %d, want %d", got, want)
+					}
+					t.Logf("B obeyed the new limit %v after A's Set (maxAge %v)", waited.Round(time.Millisecond), maxAge)
+					return
+				}
+				if d.Limit != oldLimit {
+					t.Fatalf("B decided with %+v, want the old or the new Limit", d.Limit)
+				}
+				if waited > maxAge+slack {
+					t.Fatalf("B still enforces the old limit %v after A's Set, want the new one within maxAge %v", waited, maxAge)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// opsSecondClient returns a second client to rdb's server, so two
+// Overrides instances share nothing but Redis.
+func opsSecondClient(t *testing.T, rdb *redis.Client) *redis.Client {
+	t.Helper()
+	o := rdb.Options()
+	c := redis.NewClient(&redis.Options{Addr: o.Addr, DB: o.DB, Username: o.Username, Password: o.Password,
+		ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestOverridesLimitFuncThroughPolicy: a tenant with an override is limited
+// by it; one without, and a request without a tenant, by the Policy's Limit.
+func TestOverridesLimitFuncThroughPolicy(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	prefix := opsPrefix(t)
+	o := NewOverrides(rdb, prefix, time.Minute)
+	gold := Limit{Algorithm: FixedWindow, Rate: 3, Period: time.Hour}
+	if err := o.Set(ctx, "h:X-Tenant:gold", gold, 0); err != nil {
+		t.Fatal(err)
+	}
+	def := PerHour(100)
+	tenant := KeyByHeader("X-Tenant", nil)
+	p, err := NewPolicy(Policy{Limiter: New(rdb, WithPrefix(prefix)), Limit: def,
+		LimitFunc: o.LimitFunc(tenant), Key: KeyFirst(tenant, KeyByIP(nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := func(tenant string) polRequest {
+		r := polRequest{remote: "192.0.2.7:1234", header: http.Header{}}
+		if tenant != "" {
+			r.header.Set("X-Tenant", tenant)
+		}
+		return r
+	}
+	steps := []struct {
+		tenant      string
+		wantLimit   Limit
+		wantOutcome Outcome
+		wantHeader  string // X-RateLimit-Limit
+	}{
+		{"gold", gold, OutcomeAllowed, "3"},
+		{"gold", gold, OutcomeAllowed, "3"},
+		{"gold", gold, OutcomeAllowed, "3"},
+		{"gold", gold, OutcomeDenied, "3"},
+		{"silver", def, OutcomeAllowed, "100"},
+		{"", def, OutcomeAllowed, "100"},
+	}
+	for i, s := range steps {
+		d := p.Decide(req(s.tenant))
+		h := http.Header{}
+		d.WriteHeaders(h.Set)
+		if d.Limit != s.wantLimit || d.Outcome != s.wantOutcome || h.Get("X-RateLimit-Limit") != s.wantHeader {
+			t.Errorf("step %d (tenant %q): Limit %+v, %v, X-RateLimit-Limit %q; want %+v, %v, %q",
+				i, s.tenant, d.Limit, d.Outcome, h.Get("X-RateLimit-Limit"), s.wantLimit, s.wantOutcome, s.wantHeader)
+		}
+	}
+	// Delete returns the tenant to the default at once on this instance.
+	if err := o.Delete(ctx, "h:X-Tenant:gold"); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Decide(req("gold")); d.Limit != def {
+		t.Errorf("after Delete: Limit %+v, want the default %+v", d.Limit, def)
+	}
+}
