@@ -8,12 +8,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/labstack/echo/v4"
 
@@ -21,14 +17,7 @@ import (
 	"github.com/redlimit/redlimit/examples/internal/exampleapp"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "echo:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleapp.Main("echo", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	app, err := exampleapp.Setup(ctx, "echo", args, getenv, stdout)

@@ -8,12 +8,8 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
@@ -22,14 +18,7 @@ import (
 	"github.com/redlimit/redlimit/fiberlimit"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "fiber:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleapp.Main("fiber", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	app, err := exampleapp.Setup(ctx, "fiber", args, getenv, stdout)

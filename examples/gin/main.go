@@ -8,13 +8,9 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 
 	"github.com/gin-gonic/gin"
 
@@ -22,14 +18,7 @@ import (
 	"github.com/redlimit/redlimit/ginlimit"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "gin:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleapp.Main("gin", run) }
 
 // releaseMode silences Gin's debug output; the mode is process-wide.
 var releaseMode sync.Once

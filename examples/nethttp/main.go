@@ -8,25 +8,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/redlimit/redlimit/examples/internal/exampleapp"
 	"github.com/redlimit/redlimit/nethttplimit"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "nethttp:", err)
-		os.Exit(1)
-	}
-}
+func main() { exampleapp.Main("nethttp", run) }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
 	app, err := exampleapp.Setup(ctx, "nethttp", args, getenv, stdout)
