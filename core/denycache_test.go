@@ -17,7 +17,7 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	var count opsCounter
 	rdb.AddHook(&count)
-	l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(100))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
 	limit := PerHour(2)
 	for i := range 2 {
 		if r, err := l.Allow(ctx, "abuser", limit); err != nil || !r.Allowed {
@@ -117,7 +117,7 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 			_, rdb := redistest.Mini(t)
 			var count opsCounter
 			rdb.AddHook(&count)
-			l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(100))
+			l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
 			tt.setup(t, l)
 			before := count.cmds.Load()
 			r, err := tt.then(l)
@@ -161,7 +161,7 @@ func TestDenyCacheExpiresWithRetryAfter(t *testing.T) {
 		t.Run(be.name, func(t *testing.T) {
 			ctx := context.Background()
 			rdb := be.open(t)
-			l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(100))
+			l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
 			limit := Limit{Rate: 1, Period: 100 * time.Millisecond}
 			opsMustAllowN(t, l, "k", limit, 1)
 			denied, err := l.Allow(ctx, "k", limit)
@@ -213,7 +213,7 @@ func TestDenyCacheBoundedMemory(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
 	const maxKeys = 3
-	l := New(rdb, WithPrefix(opsPrefix(t)), WithDenyCache(maxKeys))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(maxKeys))
 	limit := PerHour(1)
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, k := range keys {

@@ -195,7 +195,7 @@ func TestAllowLayersAllOrNothing(t *testing.T) {
 				name := fmt.Sprintf("%s+%s/layer%d_denies", a0, a1, denier)
 				t.Run(name, func(t *testing.T) {
 					_, rdb := redistest.Mini(t)
-					l := New(rdb, WithPrefix(opsPrefix(t)))
+					l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 					limits := []Limit{
 						{Algorithm: a0, Rate: 3, Period: time.Hour},
 						{Algorithm: a1, Rate: 3, Period: time.Minute},
@@ -247,7 +247,7 @@ func TestAllowLayersAllOrNothing(t *testing.T) {
 func TestAllowLayersLayerZeroIsAllowState(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	limits := []Limit{PerHour(5), {Algorithm: SlidingWindow, Rate: 100, Period: time.Hour}}
 	if _, err := l.AllowLayers(ctx, "k", limits, 2); err != nil {
 		t.Fatal(err)
@@ -276,7 +276,7 @@ func TestAllowLayersLayerZeroIsAllowState(t *testing.T) {
 func TestAllowLayersCostAcrossLayers(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	limits := []Limit{
 		{Algorithm: FixedWindow, Rate: 10, Period: time.Minute},
 		{Algorithm: TokenBucket, Rate: 6, Period: time.Hour},
@@ -340,7 +340,7 @@ func TestLayersStrictest(t *testing.T) {
 func TestAllowLayersInvalid(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	ok := PerSecond(10)
 	tests := []struct {
 		name    string
@@ -389,7 +389,7 @@ func TestAllowLayersInvalid(t *testing.T) {
 func TestAllowLayersTTL(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	limits := []Limit{
 		{Algorithm: TokenBucket, Rate: 10, Period: time.Second},
 		{Algorithm: SlidingWindow, Rate: 100, Period: time.Minute},
@@ -434,7 +434,7 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 	var rdb *redis.Client
 	for i := range limiters {
 		rdb = redistest.Real(t)
-		limiters[i] = New(rdb, WithPrefix(prefix), WithTimeout(5*time.Second), WithBreaker(0, 0))
+		limiters[i] = New(rdb, WithPrefix(prefix), opsPatient, WithTimeout(5*time.Second), WithBreaker(0, 0))
 	}
 	keys := []string{layerKey(limiters[0].prefix, key, limits[0].Algorithm, 0), layerKey(limiters[0].prefix, key, limits[1].Algorithm, 1)}
 	t.Cleanup(func() { _ = rdb.Del(context.Background(), keys...).Err() })
@@ -524,3 +524,8 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 	t.Logf("%d calls in %v: %d admitted (token bucket bound %d, window bound 30), denials by layer %v",
 		calls, elapsed.Round(time.Millisecond), len(admits), 20+int(10*elapsed.Seconds()), denied)
 }
+
+// opsPatient is the timeout of limiters in tests that check decisions, not
+// latency: CI runs every package's tests at once on two cores, where a
+// healthy Redis can take longer than the 50 ms default to answer.
+var opsPatient = WithTimeout(5 * time.Second)

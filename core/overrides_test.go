@@ -278,7 +278,7 @@ func TestOverridesSecondInstanceObeysWithinMaxAge(t *testing.T) {
 			t.Cleanup(func() { _ = a.Delete(context.Background(), name) })
 
 			oldLimit, newLimit := PerMinute(10), PerMinute(2)
-			l := New(rdb, WithPrefix(prefix))
+			l := New(rdb, WithPrefix(prefix), opsPatient)
 			pb, err := NewPolicy(Policy{Limiter: l, Limit: PerMinute(1000),
 				LimitFunc: b.LimitFunc(KeyByHeader("X-Tenant", nil)), Key: KeyByHeader("X-Tenant", nil)})
 			if err != nil {
@@ -344,7 +344,7 @@ func TestOverridesLimitFuncThroughPolicy(t *testing.T) {
 	}
 	def := PerHour(100)
 	tenant := KeyByHeader("X-Tenant", nil)
-	p, err := NewPolicy(Policy{Limiter: New(rdb, WithPrefix(prefix)), Limit: def,
+	p, err := NewPolicy(Policy{Limiter: New(rdb, WithPrefix(prefix), opsPatient), Limit: def,
 		LimitFunc: o.LimitFunc(tenant), Key: KeyFirst(tenant, KeyByIP(nil))})
 	if err != nil {
 		t.Fatal(err)

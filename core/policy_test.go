@@ -111,7 +111,7 @@ func TestPolicyLayersXRateLimitHeaders(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, rdb := redistest.Mini(t)
-			l := New(rdb, WithPrefix(opsPrefix(t)))
+			l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			p := polNew(t, Policy{Limiter: l, Limit: tt.limit, Layers: tt.layers})
 			for i, s := range tt.steps {
 				step := "step " + strconv.Itoa(i)
@@ -145,7 +145,7 @@ func TestPolicyLayersXRateLimitHeaders(t *testing.T) {
 // policy, "<Name>-<i>", with q/w and r/t (frozen miniredis clock).
 func TestPolicyLayersIETFHeaders(t *testing.T) {
 	_, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	hourly := Limit{Algorithm: SlidingWindow, Rate: 2, Period: time.Hour}
 	tests := []struct {
 		name    string
@@ -208,7 +208,7 @@ func TestPolicyLayersIETFHeaders(t *testing.T) {
 func TestPolicyGlobalCeiling(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	global := Limit{Algorithm: SlidingWindow, Rate: 3, Period: time.Hour}
 	perKey := PerHour(100)
 	p := polNew(t, Policy{Limiter: l, Limit: perKey, Global: &global})
@@ -249,7 +249,7 @@ func TestPolicyGlobalOnlyAfterLayersAdmit(t *testing.T) {
 			_, rdb := redistest.Mini(t)
 			var count opsCounter
 			rdb.AddHook(&count)
-			l := New(rdb, WithPrefix(opsPrefix(t)))
+			l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			global := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Hour}
 			pol := Policy{Limiter: l, Limit: PerHour(10), Global: &global}
 			if withLayers {
@@ -287,7 +287,7 @@ func TestPolicyGlobalOnlyAfterLayersAdmit(t *testing.T) {
 // Remaining.
 func TestPolicyLayersWaitLeakyDelay(t *testing.T) {
 	_, rdb := redistest.Mini(t) // frozen clock: the queue does not drain
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	shaper := Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 10}
 	tests := []struct {
 		name   string
@@ -326,7 +326,7 @@ func TestPolicyLayersWaitLeakyDelay(t *testing.T) {
 // rate-limit headers, but lets every request through.
 func TestPolicyDryRunNeverDenies(t *testing.T) {
 	_, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)))
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	for _, layers := range [][]Limit{nil, {PerHour(100)}} {
 		t.Run("layers="+strconv.Itoa(len(layers)), func(t *testing.T) {
 			p := polNew(t, Policy{Limiter: l, Name: "dry" + strconv.Itoa(len(layers)), Limit: PerHour(2),
@@ -377,7 +377,7 @@ func TestPolicyInvalidCostFailsClosed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			mr, rdb := redistest.Mini(t)
 			var reported error
-			p := polNew(t, Policy{Limiter: New(rdb, WithPrefix(opsPrefix(t))), Limit: PerSecond(10), Layers: tt.layers,
+			p := polNew(t, Policy{Limiter: New(rdb, WithPrefix(opsPrefix(t)), opsPatient), Limit: PerSecond(10), Layers: tt.layers,
 				LimitFunc: tt.limitFn, Fail: FailOpen, Cost: func(Request) int { return tt.cost },
 				OnError: func(_ Request, err error) { reported = err }})
 			d, h := polDecide(p, polFrom("192.0.2.1"))
@@ -469,7 +469,7 @@ func TestPolicyKeyFirst(t *testing.T) {
 	// request no key function can key fails (open) and is reported.
 	_, rdb := redistest.Mini(t)
 	var reported error
-	p := polNew(t, Policy{Limiter: New(rdb, WithPrefix(opsPrefix(t))), Limit: PerHour(1),
+	p := polNew(t, Policy{Limiter: New(rdb, WithPrefix(opsPrefix(t)), opsPatient), Limit: PerHour(1),
 		Key: KeyFirst(user, apiKey), OnError: func(_ Request, err error) { reported = err }})
 	if d := p.Decide(req("192.0.2.1:1", "X-User", "bob")); d.Outcome != OutcomeAllowed {
 		t.Errorf("bob from .1: %v, want allowed", d.Outcome)
