@@ -128,6 +128,10 @@ func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
 		opt(l)
 	}
 	l.breaker.span = 2 * l.timeout
+	if isNil(rdb) {
+		l.rdb = nil // every call returns ErrNoClient
+		return l
+	}
 	l.run = rdb
 	l.detach = !honoursDeadlines(rdb)
 	if l.autoPipeline {
@@ -151,6 +155,22 @@ func autoPipeliner(rdb redis.UniversalClient) *redis.AutoPipeliner {
 		return nil
 	}
 	return ap
+}
+
+// isNil reports a nil client, including a typed nil pointer in the
+// interface, which would otherwise panic on first use.
+func isNil(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case nil:
+		return true
+	case *redis.Client:
+		return c == nil
+	case *redis.ClusterClient:
+		return c == nil
+	case *redis.Ring:
+		return c == nil
+	}
+	return false
 }
 
 func honoursDeadlines(rdb redis.UniversalClient) bool {

@@ -11,6 +11,8 @@
 -- The counter lives in one hash with the window start, not in a key per
 -- window, so a clock step back keeps counting in the later window and a
 -- longer period extends the current window instead of opening a fresh one.
+-- retry_after and reset_after are measured from Redis' clock, so after a
+-- clock step back they include the step.
 local key = KEYS[1]
 local period = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -38,7 +40,7 @@ end
 local allowed = count + n <= rate
 if allowed and not peek then count = count + n end
 
-local window_end = start + period - now
+local window_end = start + period - clock
 local retry = 0
 if not allowed then retry = window_end end
 local reset = 0

@@ -16,6 +16,8 @@
 -- Fixes from seed 002: Redis TIME instead of the client's clock; one small
 -- hash instead of a log of permits; a TTL on every write; the wait is
 -- computed for the n this request needs, not from the nearest record.
+-- delay, retry_after and reset_after are measured from Redis' clock: after a
+-- clock step back they include the step (and max_delay is held to that).
 local key = KEYS[1]
 local period = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -49,10 +51,12 @@ if state[1] then
 end
 
 -- The queue ahead drains in delay µs; then this request leaves.
+local skew = now - clock
 local delay = math.ceil(level / rate)
+if delay > 0 then delay = delay + skew end
 local retry = 0
 if level + cost > full then
-  retry = math.ceil((level + cost - full) / rate)
+  retry = math.ceil((level + cost - full) / rate) + skew
 end
 if max_delay > 0 and delay > max_delay then
   retry = math.max(retry, delay - max_delay)
@@ -62,10 +66,11 @@ local allowed = retry == 0
 local queued = level
 if allowed and not peek then queued = level + cost end
 local reset = math.ceil(queued / rate)
+if reset > 0 then reset = reset + skew end
 
 if allowed and not peek then
   redis.call('HSET', key, 'l', queued, 't', now, 's', period)
-  redis.call('PEXPIRE', key, math.max(1, math.ceil((reset + now - clock) / 1000)))
+  redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
 end
 if not allowed then delay = 0 end
 return {allowed and 1 or 0, math.max(0, math.floor((full - queued) / period)), retry, reset, delay}

@@ -15,6 +15,8 @@
 --
 -- All comparisons are multiplied through by period, so they are exact
 -- integer arithmetic (rate * period < 2^53 is checked by the client).
+-- retry_after and reset_after are measured from Redis' clock, so after a
+-- clock step back they include the step.
 local key = KEYS[1]
 local period = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -63,13 +65,14 @@ if not allowed then
     -- Wait for the next window, where this window's count is prev.
     retry = period - elapsed + math.max(0, period - idiv((rate - n) * period, count))
   end
+  retry = retry + now - clock
 end
 
 local reset = 0
 if count > 0 then
-  reset = 2 * period - elapsed
+  reset = 2 * period - elapsed + now - clock
 elseif prev > 0 then
-  reset = weight
+  reset = weight + now - clock
 end
 local remaining = math.max(0, idiv(math.max(0, budget - prev * weight - count * period), period))
 

@@ -14,6 +14,9 @@
 -- to refill, at least 1 ms, and is set on every write; no per-call logging;
 -- tokens are integers (scaled by period), so nothing is lost when Redis
 -- turns Lua numbers into integers; the reply has all a header needs.
+-- retry_after and reset_after are measured from Redis' clock: after a clock
+-- step back they include the step, so a client that waits retry_after is
+-- not denied again.
 local key = KEYS[1]
 local period = tonumber(ARGV[1])
 local rate = tonumber(ARGV[2])
@@ -51,12 +54,14 @@ local allowed = tokens >= cost
 local left = tokens
 if allowed and not peek then left = tokens - cost end
 
+local skew = now - clock
 local retry = 0
-if not allowed then retry = math.ceil((cost - tokens) / rate) end
+if not allowed then retry = math.ceil((cost - tokens) / rate) + skew end
 local reset = math.ceil((full - left) / rate)
+if reset > 0 then reset = reset + skew end
 
 if allowed and not peek then
   redis.call('HSET', key, 'l', left, 't', now, 's', period)
-  redis.call('PEXPIRE', key, math.max(1, math.ceil((reset + now - clock) / 1000)))
+  redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
 end
 return {allowed and 1 or 0, math.floor(left / period), retry, reset, 0}

@@ -1,0 +1,858 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// miniLimiter is a Limiter on a fresh miniredis whose clock stands at
+// redistest.Epoch. Its client never retries (go-redis retries a command
+// whose reply timed out, which would run a script twice) and its timeout is
+// generous: miniredis runs Lua slowly under the race detector.
+func miniLimiter(t testing.TB) (*miniredis.Miniredis, *redis.Client, *Limiter) {
+	t.Helper()
+	mr, _ := redistest.Mini(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: time.Minute})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return mr, rdb, New(rdb, WithPrefix("test"), WithTimeout(time.Minute))
+}
+
+// allow is one step of a step table, as in x/time/rate's tests: at t after
+// redistest.Epoch (steps may go back in time), AllowN(n) decides ok, with
+// Remaining rem, RetryAfter retry and, for LeakyBucket, Delay delay.
+type allow struct {
+	t     time.Duration
+	n     int
+	ok    bool
+	rem   int
+	retry time.Duration
+	delay time.Duration
+}
+
+// run plays steps on key under lim.
+func runAllow(t *testing.T, mr *miniredis.Miniredis, l *Limiter, key string, lim Limit, steps []allow) {
+	t.Helper()
+	for i, s := range steps {
+		mr.SetTime(redistest.Epoch.Add(s.t))
+		r, err := l.AllowN(context.Background(), key, lim, s.n)
+		if err != nil {
+			t.Fatalf("step %d (t=%v, n=%d): %v", i, s.t, s.n, err)
+		}
+		got := allow{s.t, s.n, r.Allowed, r.Remaining, r.RetryAfter, r.Delay}
+		if got != s {
+			t.Fatalf("step %d (t=%v, n=%d): got %+v, want %+v (%+v)", i, s.t, s.n, got, s, r)
+		}
+		if r.Limit != lim.Capacity() {
+			t.Fatalf("step %d: Limit = %d, want %d", i, r.Limit, lim.Capacity())
+		}
+	}
+}
+
+const µs = time.Microsecond
+
+func TestAllowSteps(t *testing.T) {
+	tests := []struct {
+		name  string
+		lim   Limit
+		steps []allow
+	}{
+		{"token bucket 3 per second", PerSecond(3), []allow{
+			{0, 1, true, 2, 0, 0},
+			{0, 2, true, 0, 0, 0},
+			{0, 1, false, 0, 333334 * µs, 0}, // a token is 1/3 s, rounded up to the µs
+			{333333 * µs, 1, false, 0, 1 * µs, 0},
+			{333334 * µs, 1, true, 0, 0, 0},
+			{1333334 * µs, 3, true, 0, 0, 0}, // full again after 1s
+			{1333334 * µs, 1, false, 0, 333334 * µs, 0},
+		}},
+		{"token bucket 1 per hour", PerHour(1), []allow{
+			{0, 1, true, 0, 0, 0},
+			{time.Second, 1, false, 0, time.Hour - time.Second, 0},
+			{time.Hour - µs, 1, false, 0, µs, 0},
+			{time.Hour, 1, true, 0, 0, 0},
+			{time.Hour, 1, false, 0, time.Hour, 0},
+		}},
+		{"token bucket 100000 per second", PerSecond(100000), []allow{
+			{0, 100000, true, 0, 0, 0},
+			{0, 1, false, 0, 10 * µs, 0},
+			{9 * µs, 1, false, 0, µs, 0},
+			{10 * µs, 1, true, 0, 0, 0},
+			{20 * µs, 2, false, 1, 10 * µs, 0},
+			{time.Second + 10*µs, 100000, true, 0, 0, 0},
+		}},
+		{"token bucket 10 per second burst 3", Limit{Rate: 10, Period: time.Second, Burst: 3}, []allow{
+			{0, 3, true, 0, 0, 0},
+			{0, 1, false, 0, 100 * time.Millisecond, 0},
+			{100 * time.Millisecond, 1, true, 0, 0, 0},
+			{time.Second, 3, true, 0, 0, 0}, // never more than the burst
+			{time.Second, 1, false, 0, 100 * time.Millisecond, 0},
+		}},
+		{"token bucket 2 per second burst 5", Limit{Rate: 2, Period: time.Second, Burst: 5}, []allow{
+			{0, 5, true, 0, 0, 0},
+			{0, 1, false, 0, 500 * time.Millisecond, 0},
+			{time.Second, 3, false, 2, 500 * time.Millisecond, 0},
+			{2500 * time.Millisecond, 5, true, 0, 0, 0},
+		}},
+		{"leaky bucket 10 per second burst 3", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 3}, []allow{
+			{0, 1, true, 2, 0, 0},
+			{0, 1, true, 1, 0, 100 * time.Millisecond},
+			{0, 1, true, 0, 0, 200 * time.Millisecond},
+			{0, 1, false, 0, 100 * time.Millisecond, 0},
+			{100 * time.Millisecond, 1, true, 0, 0, 200 * time.Millisecond},
+			{time.Second, 3, true, 0, 0, 0}, // drained: leaves at once
+		}},
+		{"leaky bucket max delay", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, MaxDelay: 250 * time.Millisecond}, []allow{
+			{0, 1, true, 9, 0, 0},
+			{0, 1, true, 8, 0, 100 * time.Millisecond},
+			{0, 1, true, 7, 0, 200 * time.Millisecond},
+			{0, 1, false, 7, 50 * time.Millisecond, 0}, // 300ms > 250ms
+			{50 * time.Millisecond, 1, true, 6, 0, 250 * time.Millisecond},
+		}},
+		{"leaky bucket 1 per hour", PerHour(1).With(LeakyBucket), []allow{
+			{0, 1, true, 0, 0, 0},
+			{0, 1, false, 0, time.Hour, 0},
+			{time.Hour - µs, 1, false, 0, µs, 0},
+			{time.Hour, 1, true, 0, 0, 0},
+		}},
+		{"leaky bucket 100000 per second", PerSecond(100000).With(LeakyBucket), []allow{
+			{0, 100000, true, 0, 0, 0},
+			{0, 1, false, 0, 10 * µs, 0},
+			{10 * µs, 1, true, 0, 0, time.Second - 10*µs},
+		}},
+		{"fixed window 3 per second", PerSecond(3).With(FixedWindow), []allow{
+			{0, 3, true, 0, 0, 0},
+			{0, 1, false, 0, time.Second, 0},
+			{time.Second - µs, 1, false, 0, µs, 0},
+			{time.Second, 1, true, 2, 0, 0},
+			{1500 * time.Millisecond, 2, true, 0, 0, 0},
+			{1900 * time.Millisecond, 1, false, 0, 100 * time.Millisecond, 0},
+		}},
+		// Epoch is 03:04:05: the hour's window ends in 55m55s.
+		{"fixed window 1 per hour", PerHour(1).With(FixedWindow), []allow{
+			{0, 1, true, 0, 0, 0},
+			{time.Second, 1, false, 0, 55*time.Minute + 54*time.Second, 0},
+			{55*time.Minute + 55*time.Second - µs, 1, false, 0, µs, 0},
+			{55*time.Minute + 55*time.Second, 1, true, 0, 0, 0},
+		}},
+		{"fixed window 100000 per second", PerSecond(100000).With(FixedWindow), []allow{
+			{0, 100000, true, 0, 0, 0},
+			{0, 1, false, 0, time.Second, 0},
+			{time.Second, 100000, true, 0, 0, 0},
+		}},
+		{"sliding window 3 per second", PerSecond(3).With(SlidingWindow), []allow{
+			{0, 1, true, 2, 0, 0},
+			{100 * time.Millisecond, 1, true, 1, 0, 0},
+			{200 * time.Millisecond, 1, true, 0, 0, 0},
+			{300 * time.Millisecond, 1, false, 0, 700 * time.Millisecond, 0},
+			{300 * time.Millisecond, 3, false, 0, 900 * time.Millisecond, 0}, // all three must leave
+			{time.Second - µs, 1, false, 0, µs, 0},
+			{time.Second, 1, true, 0, 0, 0},
+			{1200 * time.Millisecond, 2, true, 0, 0, 0},
+		}},
+		// Requests in one microsecond keep their true time: all three leave
+		// the window together.
+		{"sliding window same instant", PerSecond(3).With(SlidingWindow), []allow{
+			{0, 1, true, 2, 0, 0},
+			{0, 1, true, 1, 0, 0},
+			{0, 1, true, 0, 0, 0},
+			{0, 1, false, 0, time.Second, 0},
+			{time.Second, 3, true, 0, 0, 0},
+		}},
+		{"sliding window 1 per hour", PerHour(1).With(SlidingWindow), []allow{
+			{0, 1, true, 0, 0, 0},
+			{time.Second, 1, false, 0, time.Hour - time.Second, 0},
+			{time.Hour, 1, true, 0, 0, 0},
+		}},
+		{"sliding window counter 4 per second", PerSecond(4).With(SlidingWindowCounter), []allow{
+			{0, 4, true, 0, 0, 0},
+			// Next window: the previous 4 weigh 4*(1-e), so one more fits at e = 1/4.
+			{0, 1, false, 0, 1250 * time.Millisecond, 0},
+			{1250 * time.Millisecond, 1, true, 0, 0, 0},
+			{1250 * time.Millisecond, 1, false, 0, 250 * time.Millisecond, 0},
+			{1500 * time.Millisecond, 1, true, 0, 0, 0},
+			{2 * time.Second, 2, true, 0, 0, 0}, // the previous 2 weigh 2 at e = 0
+		}},
+		// The counter cannot know when in the hour the request came: it
+		// weighs it over the whole next window.
+		{"sliding window counter 1 per hour", PerHour(1).With(SlidingWindowCounter), []allow{
+			{0, 1, true, 0, 0, 0},
+			{time.Second, 1, false, 0, time.Hour + 55*time.Minute + 54*time.Second, 0},
+			{time.Hour + 55*time.Minute + 55*time.Second - µs, 1, false, 0, µs, 0},
+			{time.Hour + 55*time.Minute + 55*time.Second, 1, true, 0, 0, 0},
+		}},
+		{"sliding window counter 100000 per second", PerSecond(100000).With(SlidingWindowCounter), []allow{
+			{0, 100000, true, 0, 0, 0},
+			{0, 1, false, 0, time.Second + 10*µs, 0},
+			{time.Second + 9*µs, 1, false, 0, µs, 0},
+			{time.Second + 10*µs, 1, true, 0, 0, 0},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mr, _, l := miniLimiter(t)
+			runAllow(t, mr, l, "k", tt.lim, tt.steps)
+		})
+	}
+}
+
+// TestSlidingWindow100kPerSecond fills a sliding window log of 100000
+// members: slow on miniredis under the race detector.
+func TestSlidingWindow100kPerSecond(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a 100000-member log; skipped in -short")
+	}
+	mr, _, l := miniLimiter(t)
+	runAllow(t, mr, l, "k", PerSecond(100000).With(SlidingWindow), []allow{
+		{0, 50000, true, 50000, 0, 0},
+		{500 * time.Millisecond, 50000, true, 0, 0, 0},
+		{500 * time.Millisecond, 1, false, 0, 500 * time.Millisecond, 0},
+		{time.Second - µs, 1, false, 0, µs, 0},
+		{time.Second, 1, true, 49999, 0, 0},
+	})
+}
+
+// TestResultWorkedExample is Result's documented example.
+func TestResultWorkedExample(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	ctx := context.Background()
+	lim := PerSecond(10)
+	var got Result
+	for range 10 {
+		var err error
+		if got, err = l.Allow(ctx, "k", lim); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := (Result{Allowed: true, Limit: 10, ResetAfter: time.Second}); got != want {
+		t.Errorf("10th: got %+v, want %+v", got, want)
+	}
+	got, err := l.Allow(ctx, "k", lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Result{Limit: 10, RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}); got != want {
+		t.Errorf("11th: got %+v, want %+v", got, want)
+	}
+}
+
+// TestLimitChange: a new Limit for a key applies on the next call, with the
+// state carried over: never a burst of free requests.
+func TestLimitChange(t *testing.T) {
+	ms := time.Millisecond
+	type phase struct {
+		lim   Limit
+		steps []allow
+	}
+	tb := func(rate int, period time.Duration, burst int) Limit {
+		return Limit{Rate: rate, Period: period, Burst: burst}
+	}
+	tests := []struct {
+		name   string
+		phases []phase
+	}{
+		{"token bucket", []phase{
+			{tb(10, time.Second, 0), []allow{{0, 10, true, 0, 0, 0}}},
+			{tb(10, time.Second, 5), []allow{ // lower burst: still empty
+				{0, 1, false, 0, 100 * ms, 0},
+				{100 * ms, 1, true, 0, 0, 0},
+			}},
+			{tb(10, time.Second, 20), []allow{ // raise burst: no free tokens
+				{200 * ms, 1, true, 0, 0, 0},
+				{200 * ms, 1, false, 0, 100 * ms, 0},
+				{2200 * ms, 20, true, 0, 0, 0},
+			}},
+			{tb(1, time.Second, 10), []allow{ // lower rate: refills slower at once
+				{2200 * ms, 1, false, 0, time.Second, 0},
+				{3200 * ms, 1, true, 0, 0, 0},
+			}},
+			{tb(100, time.Second, 10), []allow{ // raise rate: faster at once
+				{3200 * ms, 1, false, 0, 10 * ms, 0},
+				{3210 * ms, 1, true, 0, 0, 0},
+			}},
+			{tb(100, time.Second, 10), []allow{{10 * time.Second, 10, true, 0, 0, 0}}},
+			{tb(100, time.Second, 20), []allow{{20 * time.Second, 1, true, 19, 0, 0}}},
+			{tb(100, time.Second, 2), []allow{ // 19 tokens shrink to the new burst
+				{20 * time.Second, 2, true, 0, 0, 0},
+				{20 * time.Second, 1, false, 0, 10 * ms, 0},
+			}},
+		}},
+		{"leaky bucket", []phase{
+			{PerSecond(10).With(LeakyBucket), []allow{{0, 10, true, 0, 0, 0}}},
+			{Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 5}, []allow{
+				{0, 1, false, 0, 600 * ms, 0}, // 10 queued must drain to 4
+			}},
+			{Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 20}, []allow{
+				{0, 10, true, 0, 0, time.Second}, // behind the 10 queued
+			}},
+			{Limit{Algorithm: LeakyBucket, Rate: 20, Period: time.Second, Burst: 20}, []allow{
+				{0, 1, false, 0, 50 * ms, 0}, // 20 queued now drain at 20/s
+			}},
+		}},
+		{"fixed window", []phase{
+			{PerSecond(3).With(FixedWindow), []allow{{0, 3, true, 0, 0, 0}}},
+			{PerSecond(5).With(FixedWindow), []allow{{0, 2, true, 0, 0, 0}, {0, 1, false, 0, time.Second, 0}}},
+			{PerSecond(2).With(FixedWindow), []allow{{0, 1, false, 0, time.Second, 0}}},
+			{PerMinute(6).With(FixedWindow), []allow{ // a longer period extends this window
+				{500 * ms, 1, true, 0, 0, 0},
+				{500 * ms, 1, false, 0, time.Minute - 500*ms, 0},
+			}},
+		}},
+		{"sliding window", []phase{
+			{PerSecond(3).With(SlidingWindow), []allow{
+				{0, 1, true, 2, 0, 0},
+				{100 * ms, 1, true, 1, 0, 0},
+				{200 * ms, 1, true, 0, 0, 0},
+			}},
+			{PerSecond(2).With(SlidingWindow), []allow{{300 * ms, 1, false, 0, 800 * ms, 0}}},
+			{PerSecond(5).With(SlidingWindow), []allow{{300 * ms, 2, true, 0, 0, 0}}},
+			{Limit{Algorithm: SlidingWindow, Rate: 5, Period: 2 * time.Second}, []allow{
+				{time.Second, 1, false, 0, time.Second, 0}, // the longer window still holds them all
+			}},
+		}},
+		{"sliding window counter", []phase{
+			{PerSecond(4).With(SlidingWindowCounter), []allow{{0, 4, true, 0, 0, 0}}},
+			{PerSecond(2).With(SlidingWindowCounter), []allow{{500 * ms, 1, false, 0, 1250 * ms, 0}}},
+			{PerSecond(8).With(SlidingWindowCounter), []allow{{500 * ms, 4, true, 0, 0, 0}}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mr, _, l := miniLimiter(t)
+			for i, p := range tt.phases {
+				t.Logf("phase %d: %+v", i, p.lim)
+				runAllow(t, mr, l, "k", p.lim, p.steps)
+			}
+		})
+	}
+}
+
+// TestClockStepBack: a Redis clock that steps back (a failover to a replica
+// whose clock is behind) does not hand out a fresh quota, and RetryAfter
+// still says how long, by the new clock, until the request passes.
+func TestClockStepBack(t *testing.T) {
+	ctx := context.Background()
+	for _, lim := range []Limit{
+		PerSecond(3),
+		PerSecond(3).With(LeakyBucket),
+		PerSecond(3).With(FixedWindow),
+		PerSecond(3).With(SlidingWindow),
+		PerSecond(3).With(SlidingWindowCounter),
+	} {
+		for _, back := range []time.Duration{µs, 300 * time.Millisecond, 5 * time.Second, 24 * time.Hour} {
+			t.Run(fmt.Sprintf("%s/%v", lim.Algorithm, back), func(t *testing.T) {
+				mr, _, l := miniLimiter(t)
+				at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+				base := 48 * time.Hour
+				at(base)
+				if r, err := l.AllowN(ctx, "k", lim, 3); err != nil || !r.Allowed {
+					t.Fatalf("AllowN(3) = %+v, %v", r, err)
+				}
+				at(base)
+				want, err := l.Allow(ctx, "k", lim)
+				if err != nil || want.Allowed {
+					t.Fatalf("at the same instant: %+v, %v", want, err)
+				}
+				at(base - back)
+				got, err := l.Allow(ctx, "k", lim)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Allowed || got.Remaining != 0 {
+					t.Fatalf("%v back: %+v, want denied with nothing remaining", back, got)
+				}
+				if got.RetryAfter != want.RetryAfter+back {
+					t.Errorf("%v back: RetryAfter %v, want %v (%v + the step)", back, got.RetryAfter, want.RetryAfter+back, want.RetryAfter)
+				}
+				if got.ResetAfter != want.ResetAfter+back {
+					t.Errorf("%v back: ResetAfter %v, want %v", back, got.ResetAfter, want.ResetAfter+back)
+				}
+				at(base - back + got.RetryAfter - µs)
+				if r, _ := l.Allow(ctx, "k", lim); r.Allowed {
+					t.Errorf("admitted 1µs before RetryAfter: %+v", r)
+				}
+				at(base - back + got.RetryAfter)
+				if r, _ := l.Allow(ctx, "k", lim); !r.Allowed {
+					t.Errorf("denied after RetryAfter: %+v", r)
+				}
+			})
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	ctx := context.Background()
+	lim := PerSecond(10)
+	if _, err := l.Allow(ctx, "", lim); !errors.Is(err, ErrEmptyKey) {
+		t.Errorf("Allow with an empty key: %v, want ErrEmptyKey", err)
+	}
+	if _, err := l.Peek(ctx, "", lim); !errors.Is(err, ErrEmptyKey) {
+		t.Errorf("Peek with an empty key: %v, want ErrEmptyKey", err)
+	}
+	if err := l.Reset(ctx, "", lim); !errors.Is(err, ErrEmptyKey) {
+		t.Errorf("Reset with an empty key: %v, want ErrEmptyKey", err)
+	}
+
+	costs := []struct {
+		name string
+		lim  Limit
+		n    int
+	}{
+		{"zero", lim, 0},
+		{"negative", lim, -1},
+		{"most negative", lim, math.MinInt},
+		{"above burst", lim, 11},
+		{"above explicit burst", Limit{Rate: 10, Period: time.Second, Burst: 3}, 4},
+		{"above leaky burst", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 3}, 4},
+		{"above window rate", PerSecond(5).With(FixedWindow), 6},
+		{"above sliding rate", PerSecond(5).With(SlidingWindow), 6},
+		{"above counter rate", PerSecond(5).With(SlidingWindowCounter), 6},
+		{"burst ignored by windows", Limit{Algorithm: SlidingWindow, Rate: 5, Period: time.Second, Burst: 50}, 6},
+		{"max int", lim, math.MaxInt},
+	}
+	for _, c := range costs {
+		if r, err := l.AllowN(ctx, "k", c.lim, c.n); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: AllowN(%d) = %+v, %v, want ErrInvalidCost", c.name, c.n, r, err)
+		}
+	}
+
+	invalid := []struct {
+		name  string
+		lim   Limit
+		field string
+	}{
+		{"zero limit", Limit{}, "Rate"},
+		{"negative rate", Limit{Rate: -1, Period: time.Second}, "Rate"},
+		{"zero period", Limit{Rate: 1}, "Period"},
+		{"negative period", Limit{Rate: 1, Period: -time.Second}, "Period"},
+		{"sub-µs period", Limit{Rate: 1, Period: time.Nanosecond}, "Period"},
+		{"negative burst", Limit{Rate: 1, Period: time.Second, Burst: -1}, "Burst"},
+		{"negative max delay", Limit{Algorithm: LeakyBucket, Rate: 1, Period: time.Second, MaxDelay: -1}, "MaxDelay"},
+		{"unknown algorithm", Limit{Algorithm: 5, Rate: 1, Period: time.Second}, "Algorithm"},
+		{"unknown algorithm 255", Limit{Algorithm: 255, Rate: 1, Period: time.Second}, "Algorithm"},
+		{"1e12 per nanosecond", Limit{Rate: 1e12, Period: time.Nanosecond}, "Period"},
+		{"1e12 per 999983µs", Limit{Rate: 1e12, Period: 999983 * time.Microsecond}, "Rate"},
+		{"1e12 per hour, fixed window", Limit{Algorithm: FixedWindow, Rate: 1e12, Period: time.Hour}, "Rate"},
+		{"max int per µs", Limit{Rate: math.MaxInt, Period: time.Microsecond}, "Rate"},
+		{"huge burst", Limit{Rate: 1, Period: time.Hour, Burst: math.MaxInt}, "Burst"},
+		{"longest period", Limit{Algorithm: SlidingWindowCounter, Rate: 3, Period: math.MaxInt64}, "Period"},
+	}
+	for _, c := range invalid {
+		err := c.lim.Validate()
+		if !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: Validate() = %v, want ErrInvalidLimit", c.name, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: Validate() = %q, want it to name %s", c.name, err, c.field)
+		}
+		if _, err := l.Allow(ctx, "k", c.lim); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: Allow = %v, want ErrInvalidLimit", c.name, err)
+		}
+		if _, err := l.Peek(ctx, "k", c.lim); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: Peek = %v, want ErrInvalidLimit", c.name, err)
+		}
+		if err := l.Reset(ctx, "k", c.lim); !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%s: Reset = %v, want ErrInvalidLimit", c.name, err)
+		}
+	}
+
+	valid := []Limit{
+		PerSecond(1), PerHour(1), PerSecond(100000),
+		{Rate: 1, Period: time.Microsecond},
+		{Rate: 1, Period: 365 * 24 * time.Hour},
+		{Algorithm: LeakyBucket, Rate: 1, Period: time.Second, Burst: 1000, MaxDelay: time.Hour},
+		{Algorithm: FixedWindow, Rate: 1000000, Period: time.Second},
+	}
+	for _, v := range valid {
+		if err := v.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v, want nil", v, err)
+		}
+	}
+	if _, err := ParseAlgorithm("token-bucket"); !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("ParseAlgorithm of an unknown name: %v, want ErrInvalidLimit", err)
+	}
+	for a := TokenBucket; a <= LeakyBucket; a++ {
+		if got, err := ParseAlgorithm(a.String()); err != nil || got != a {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v, want %v", a.String(), got, err, a)
+		}
+	}
+}
+
+func TestNilClient(t *testing.T) {
+	ctx := context.Background()
+	for name, rdb := range map[string]redis.UniversalClient{
+		"untyped nil":        nil,
+		"nil *Client":        (*redis.Client)(nil),
+		"nil *ClusterClient": (*redis.ClusterClient)(nil),
+		"nil *Ring":          (*redis.Ring)(nil),
+	} {
+		l, ok := newNoPanic(t, rdb)
+		if !ok {
+			continue
+		}
+		if _, err := l.Allow(ctx, "k", PerSecond(1)); !errors.Is(err, ErrNoClient) {
+			t.Errorf("%s: Allow = %v, want ErrNoClient", name, err)
+		}
+		if _, err := l.Peek(ctx, "k", PerSecond(1)); !errors.Is(err, ErrNoClient) {
+			t.Errorf("%s: Peek = %v, want ErrNoClient", name, err)
+		}
+		if err := l.Reset(ctx, "k", PerSecond(1)); !errors.Is(err, ErrNoClient) {
+			t.Errorf("%s: Reset = %v, want ErrNoClient", name, err)
+		}
+	}
+}
+
+// newNoPanic is New(rdb), reporting a panic as a test error.
+func newNoPanic(t *testing.T, rdb redis.UniversalClient, opts ...Option) (l *Limiter, ok bool) {
+	t.Helper()
+	defer func() {
+		if p := recover(); p != nil {
+			t.Errorf("New(%T(nil)) panics: %v; want a Limiter whose calls return ErrNoClient", rdb, p)
+		}
+	}()
+	return New(rdb, opts...), true
+}
+
+func TestCanceledContext(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Allow(ctx, "k", PerSecond(1)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Allow with a canceled context: %v, want context.Canceled", err)
+	}
+}
+
+func TestParseReplyNeverPanics(t *testing.T) {
+	tests := []struct {
+		name string
+		v    any
+	}{
+		{"nil", nil},
+		{"string", "OK"},
+		{"int", int64(1)},
+		{"empty", []any{}},
+		{"four", []any{int64(1), int64(0), int64(0), int64(0)}},
+		{"six", []any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(0)}},
+		{"string element", []any{int64(1), "0", int64(0), int64(0), int64(0)}},
+		{"nil element", []any{int64(1), nil, int64(0), int64(0), int64(0)}},
+		{"int element", []any{1, 0, 0, 0, 0}},
+		{"nested", []any{[]any{}, int64(0), int64(0), int64(0), int64(0)}},
+	}
+	for _, tt := range tests {
+		if r, err := parseReply(tt.v, 1); !errors.Is(err, ErrBadReply) {
+			t.Errorf("%s: parseReply(%#v) = %+v, %v, want ErrBadReply", tt.name, tt.v, r, err)
+		}
+	}
+}
+
+func TestPeekConsumesNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, lim := range []Limit{
+		PerSecond(3), PerSecond(3).With(LeakyBucket), PerSecond(3).With(FixedWindow),
+		PerSecond(3).With(SlidingWindow), PerSecond(3).With(SlidingWindowCounter),
+	} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			mr, rdb, l := miniLimiter(t)
+			for range 5 {
+				r, err := l.Peek(ctx, "k", lim)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := (Result{Allowed: true, Limit: 3, Remaining: 3}); r != want {
+					t.Fatalf("Peek on a fresh key: %+v, want %+v", r, want)
+				}
+			}
+			if n := len(mr.Keys()); n != 0 {
+				t.Fatalf("Peek wrote %d keys: %q", n, mr.Keys())
+			}
+			if r, err := l.AllowN(ctx, "k", lim, 2); err != nil || !r.Allowed || r.Remaining != 1 {
+				t.Fatalf("AllowN(2) after peeks = %+v, %v", r, err)
+			}
+			key := redisKey(l.prefix, "k", lim.Algorithm)
+			dump := func() string { s, _ := rdb.Dump(ctx, key).Result(); return s }
+			before, ttl := dump(), mr.TTL(key)
+			for range 3 {
+				r, err := l.Peek(ctx, "k", lim)
+				if err != nil || !r.Allowed || r.Remaining != 1 {
+					t.Fatalf("Peek after AllowN(2) = %+v, %v, want allowed with 1 remaining", r, err)
+				}
+			}
+			if after := dump(); after != before || mr.TTL(key) != ttl {
+				t.Fatalf("Peek changed the key")
+			}
+			if r, err := l.Allow(ctx, "k", lim); err != nil || !r.Allowed || r.Remaining != 0 {
+				t.Fatalf("Allow = %+v, %v", r, err)
+			}
+			r, err := l.Peek(ctx, "k", lim)
+			if err != nil || r.Allowed || r.RetryAfter <= 0 || r.Remaining != 0 {
+				t.Fatalf("Peek when empty = %+v, %v, want denied with a RetryAfter", r, err)
+			}
+			// A denial writes nothing either.
+			before, ttl = dump(), mr.TTL(key)
+			if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed {
+				t.Fatalf("Allow when empty = %+v, %v", r, err)
+			}
+			if after := dump(); after != before || mr.TTL(key) != ttl {
+				t.Fatalf("a denied Allow changed the key")
+			}
+		})
+	}
+}
+
+func TestReset(t *testing.T) {
+	ctx := context.Background()
+	for _, lim := range []Limit{
+		PerHour(3), PerHour(3).With(LeakyBucket), PerHour(3).With(FixedWindow),
+		PerHour(3).With(SlidingWindow), PerHour(3).With(SlidingWindowCounter),
+	} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			_, _, l := miniLimiter(t)
+			if err := l.Reset(ctx, "k", lim); err != nil {
+				t.Fatalf("Reset of a key never used: %v", err)
+			}
+			other := PerHour(3).With((lim.Algorithm + 1) % 5)
+			for _, li := range []Limit{lim, other} {
+				if r, err := l.AllowN(ctx, "k", li, 3); err != nil || !r.Allowed {
+					t.Fatalf("AllowN(3) = %+v, %v", r, err)
+				}
+			}
+			if r, _ := l.Allow(ctx, "k", lim); r.Allowed {
+				t.Fatalf("Allow after the quota is used = %+v", r)
+			}
+			if err := l.Reset(ctx, "k", lim); err != nil {
+				t.Fatal(err)
+			}
+			if r, err := l.Peek(ctx, "k", lim); err != nil || r.Remaining != 3 || r.ResetAfter != 0 {
+				t.Fatalf("Peek after Reset = %+v, %v, want the whole quota", r, err)
+			}
+			if r, err := l.AllowN(ctx, "k", lim, 3); err != nil || !r.Allowed {
+				t.Fatalf("AllowN(3) after Reset = %+v, %v", r, err)
+			}
+			// Reset forgets only that algorithm's state.
+			if r, _ := l.Allow(ctx, "k", other); r.Allowed {
+				t.Fatalf("Reset of %s also reset %s", lim.Algorithm, other.Algorithm)
+			}
+		})
+	}
+}
+
+// TestTTL: every key a decision writes has a TTL, exactly the time until
+// its quota is whole (rounded up to the ms), and is gone once it runs out.
+func TestTTL(t *testing.T) {
+	ctx := context.Background()
+	for _, lim := range []Limit{
+		PerSecond(10), PerHour(2), {Rate: 10, Period: time.Microsecond}, {Rate: 1, Period: 10 * time.Microsecond, Burst: 1},
+		PerSecond(10).With(LeakyBucket), PerHour(2).With(LeakyBucket),
+		PerSecond(10).With(FixedWindow), PerHour(2).With(FixedWindow), Limit{Algorithm: FixedWindow, Rate: 1, Period: 3 * time.Microsecond},
+		PerSecond(10).With(SlidingWindow), PerHour(2).With(SlidingWindow),
+		PerSecond(10).With(SlidingWindowCounter), PerHour(2).With(SlidingWindowCounter),
+	} {
+		t.Run(fmt.Sprintf("%s/%d per %v", lim.Algorithm, lim.Rate, lim.Period), func(t *testing.T) {
+			mr, rdb, l := miniLimiter(t)
+			mr.SetTime(redistest.Epoch.Add(1234567 * µs))
+			r, err := l.Allow(ctx, "k", lim)
+			if err != nil || !r.Allowed {
+				t.Fatalf("Allow = %+v, %v", r, err)
+			}
+			keys := mr.Keys()
+			if len(keys) != 1 || keys[0] != redisKey(l.prefix, "k", lim.Algorithm) {
+				t.Fatalf("keys written: %q, want just the key's own", keys)
+			}
+			pttl, err := rdb.PTTL(ctx, keys[0]).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := max(time.Millisecond, (r.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond))
+			if pttl != want {
+				t.Fatalf("PTTL = %v, want %v (ResetAfter %v rounded up to the ms)", pttl, want, r.ResetAfter)
+			}
+			mr.FastForward(pttl - time.Millisecond)
+			if !mr.Exists(keys[0]) {
+				t.Fatalf("key gone 1ms before its TTL")
+			}
+			mr.FastForward(time.Millisecond)
+			if mr.Exists(keys[0]) {
+				t.Fatalf("key still there after its TTL")
+			}
+		})
+	}
+}
+
+// TestHostileKeys: keys with braces, escapes, NUL, invalid UTF-8 and any
+// length all work, and keys that differ in any byte never share state.
+func TestHostileKeys(t *testing.T) {
+	long := strings.Repeat("k", 64<<10)
+	keys := []string{
+		"a", "{a}", "a{", "}a", "{}", "}{", "{a}b", "x{a}", "%7Ba%7D", "%", "%25", "#", "%23",
+		"a\x00", "\x00a", "\x00", "\x00\x00", "\xff", "\xfe", "\xc3\x28", "é", "e\u0301",
+		"user:42", "user:{42}", "user:%7B42%7D",
+		strings.Repeat("x", MaxKeyLen), strings.Repeat("x", MaxKeyLen+1), strings.Repeat("{", MaxKeyLen),
+		long, long[:len(long)-1] + "j", long + "\x00",
+		hashedTag(long), // what the long key is stored as
+	}
+	ctx := context.Background()
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
+		t.Run(a.String(), func(t *testing.T) {
+			mr, _, l := miniLimiter(t)
+			lim := PerHour(1).With(a)
+			for _, k := range keys {
+				if r, err := l.Allow(ctx, k, lim); err != nil || !r.Allowed {
+					t.Fatalf("first Allow of key %q: %+v, %v: it shares state with an earlier key", trunc(k), r, err)
+				}
+			}
+			for _, k := range keys {
+				if r, err := l.Allow(ctx, k, lim); err != nil || r.Allowed {
+					t.Fatalf("second Allow of key %q: %+v, %v, want denied", trunc(k), r, err)
+				}
+			}
+			stored := mr.Keys()
+			if len(stored) != len(keys) {
+				t.Fatalf("%d keys in Redis for %d caller keys", len(stored), len(keys))
+			}
+			for _, k := range stored {
+				if len(k) > len(l.prefix)+3+MaxKeyLen+len(algorithmSuffix[a]) {
+					t.Errorf("Redis key of %d bytes: caller keys are not bounded", len(k))
+				}
+			}
+		})
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 40 {
+		return fmt.Sprintf("%.40s...(%d bytes)", s, len(s))
+	}
+	return s
+}
+
+// crc16 is CRC16/XMODEM, the checksum Redis Cluster takes mod 16384 to
+// pick a key's slot.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// keySlot is Redis Cluster's HASH_SLOT(key): the CRC16 of the part between
+// the first '{' and the next '}' if that is not empty, else of the whole key.
+func keySlot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	return int(crc16(key) % 16384)
+}
+
+func TestKeySlot(t *testing.T) {
+	// Vectors from the Redis Cluster specification and CLUSTER KEYSLOT.
+	tests := []struct {
+		key  string
+		want int
+	}{
+		{"123456789", 0x31C3},
+		{"somekey", 11058},
+		{"foo{hash_tag}", 2515},
+		{"{hash_tag}bar", 2515},
+		{"foo{}{bar}", keySlotWhole("foo{}{bar}")},
+		{"foo{{bar}}zap", int(crc16("{bar") % 16384)},
+		{"foo{bar}{zap}", int(crc16("bar") % 16384)},
+	}
+	for _, tt := range tests {
+		if got := keySlot(tt.key); got != tt.want {
+			t.Errorf("keySlot(%q) = %d, want %d", tt.key, got, tt.want)
+		}
+	}
+}
+
+func keySlotWhole(k string) int { return int(crc16(k) % 16384) }
+
+// TestHashSlot: a decision's key lands in the slot of the caller's escaped
+// key, whatever the prefix and algorithm, so a caller's key with braces
+// cannot choose its slot (or share one tag with another caller's key).
+func TestHashSlot(t *testing.T) {
+	keys := []string{"user:42", "{42}", "user:{42}", "a}b{c", "{", "}", "{}", "%7B42%7D", "\x00{x}", strings.Repeat("{", 200)}
+	for _, prefix := range []string{DefaultPrefix, "", "{app}", "a}b{", "{42}"} {
+		l := New(nil, WithPrefix(prefix))
+		if strings.ContainsAny(l.prefix, "{}") {
+			t.Errorf("WithPrefix(%q) leaves a brace in the prefix %q", prefix, l.prefix)
+		}
+		for _, k := range keys {
+			tag := escapeTag(k)
+			if strings.ContainsAny(tag, "{}") {
+				t.Fatalf("escapeTag(%q) = %q holds a brace", k, tag)
+			}
+			want := keySlotWhole(tag)
+			for a := TokenBucket; a <= LeakyBucket; a++ {
+				rk := redisKey(l.prefix, k, a)
+				i := strings.IndexByte(rk, '{')
+				j := strings.IndexByte(rk[i+1:], '}')
+				if i < 0 || j < 0 || rk[i+1:i+1+j] != tag {
+					t.Fatalf("redisKey(%q, %q, %v) = %q: the hash tag is not the escaped key %q", l.prefix, k, a, rk, tag)
+				}
+				if got := keySlot(rk); got != want {
+					t.Errorf("redisKey(%q, %q, %v) = %q is in slot %d, want %d (the escaped key's)", l.prefix, k, a, rk, got, want)
+				}
+			}
+		}
+	}
+}
+
+// FuzzDecide: whatever the key, Limit and cost, a decision returns a Result
+// that keeps its invariants or a sentinel error, and never panics.
+func FuzzDecide(f *testing.F) {
+	f.Add("k", uint8(0), 10, int64(time.Second), 0, 1, int64(0), false)
+	f.Add("{x}", uint8(4), 1, int64(time.Hour), 3, 2, int64(time.Minute), false)
+	f.Add("\xff\x00", uint8(1), 100000, int64(time.Second), 0, 100000, int64(0), true)
+	f.Add("", uint8(2), 1, int64(1), 0, 1, int64(0), false)
+	f.Add("k", uint8(3), math.MaxInt, int64(math.MaxInt64), math.MaxInt, math.MaxInt, int64(math.MaxInt64), false)
+	f.Add("k", uint8(9), -1, int64(-1), -1, -1, int64(-1), true)
+	f.Add("k", uint8(2), 7, int64(7*time.Microsecond), 0, 7, int64(0), false)
+	f.Add("k", uint8(4), 1, int64(time.Microsecond), 1, 1, int64(time.Microsecond), false)
+	mr, _, l := miniLimiter(f)
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, key string, alg uint8, rate int, period int64, burst, n int, maxDelay int64, peek bool) {
+		lim := Limit{Algorithm: Algorithm(alg), Rate: rate, Period: time.Duration(period), Burst: burst, MaxDelay: time.Duration(maxDelay)}
+		if lim.Validate() == nil && lim.Algorithm == SlidingWindow && n > 10000 {
+			n = 10000 // one member per unit: keep miniredis fast
+		}
+		mr.SetTime(redistest.Epoch.Add(time.Duration(len(key)) * time.Millisecond))
+		var r Result
+		var err error
+		if peek {
+			r, err = l.Peek(ctx, key, lim)
+		} else {
+			r, err = l.AllowN(ctx, key, lim, n)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrEmptyKey) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, ErrInvalidCost) {
+				t.Fatalf("AllowN(%q, %+v, %d): unexpected error %v", key, lim, n, err)
+			}
+			return
+		}
+		checkInvariants(t, lim, r, int64(n), t.Fatalf)
+		if rerr := l.Reset(ctx, key, lim); rerr != nil {
+			t.Fatalf("Reset: %v", rerr)
+		}
+	})
+}
