@@ -11,10 +11,13 @@ import (
 //
 // It is secure by default: with no TrustedProxies, the key is the address of
 // the peer that opened the connection, and forwarding headers are ignored,
-// because anyone can send them. Only when the peer is a trusted proxy are
-// X-Forwarded-For (read right to left, skipping trusted hops), then
-// Forwarded (RFC 7239) and then X-Real-IP consulted. IPv6 clients are grouped
-// by their /64 (IPv6Prefix), since one host usually owns a whole /64.
+// because anyone can send them. Only when the peer is a trusted proxy is
+// the one header that proxy sets read (X-Forwarded-For unless Header says
+// otherwise), right to left, skipping trusted hops: the first untrusted hop
+// is the client, and everything left of it was written by the client. No
+// other header is consulted, since a header the proxy does not set is the
+// client's to forge. IPv6 clients are grouped by their /64 (IPv6Prefix),
+// since one host usually owns a whole /64.
 //
 // The zero value is ready to use. A ClientIP is safe for concurrent use once
 // built.
@@ -22,6 +25,10 @@ type ClientIP struct {
 	// TrustedProxies are the networks of the reverse proxies in front of the
 	// app. Default: none, so forwarding headers are never read.
 	TrustedProxies []netip.Prefix
+	// Header is the forwarding header the trusted proxies set:
+	// "X-Forwarded-For", "Forwarded" (RFC 7239, its for= parameters) or a
+	// single-address header such as "X-Real-IP". Default: "X-Forwarded-For".
+	Header string
 	// IPv6Prefix is the prefix length IPv6 clients are grouped by, 1 to 128.
 	// Default (0): 64.
 	IPv6Prefix int
@@ -52,8 +59,11 @@ func ParseTrustedProxies(list ...string) ([]netip.Prefix, error) {
 var ErrNoClientIP = errors.New("core: no client IP")
 
 // Addr returns the client's address for a request that came from remoteAddr
-// ("host:port" or a bare IP, as net/http's Request.RemoteAddr), reading
-// headers through header only when the peer is a trusted proxy.
+// ("host:port" or a bare IP, as net/http's Request.RemoteAddr), reading the
+// forwarding header through header only when the peer is a trusted proxy.
+// header must return every line of a header joined with ", " (as
+// HeaderValue does): a proxy may add its own line rather than append to the
+// client's.
 func (c *ClientIP) Addr(remoteAddr string, header func(name string) string) (netip.Addr, error) {
 	peer, ok := parseHostPort(remoteAddr)
 	if !ok {
@@ -62,16 +72,15 @@ func (c *ClientIP) Addr(remoteAddr string, header func(name string) string) (net
 	if !c.trusted(peer) {
 		return peer, nil
 	}
-	if xff := header("X-Forwarded-For"); xff != "" {
-		return c.rightmostUntrusted(peer, xff, parseXFFHop), nil
+	name := c.Header
+	if name == "" {
+		name = "X-Forwarded-For"
 	}
-	if fwd := header("Forwarded"); fwd != "" {
-		return c.rightmostUntrusted(peer, fwd, parseForwardedHop), nil
+	parse := parseHostPort
+	if strings.EqualFold(name, "Forwarded") {
+		parse = parseForwardedHop
 	}
-	if real, ok := parseHostPort(strings.TrimSpace(header("X-Real-IP"))); ok {
-		return real, nil
-	}
-	return peer, nil
+	return c.rightmostUntrusted(peer, header(name), parse), nil
 }
 
 // Key returns the client's address as a key: the address itself for IPv4,
@@ -114,7 +123,7 @@ func (c *ClientIP) rightmostUntrusted(peer netip.Addr, list string, parse func(s
 		i := strings.LastIndexByte(list, ',')
 		hop := list[i+1:]
 		list = list[:max(i, 0)]
-		a, ok := parse(strings.TrimSpace(hop))
+		a, ok := parse(strings.Trim(strings.TrimSpace(hop), `"`))
 		if !ok {
 			return last
 		}
@@ -125,8 +134,6 @@ func (c *ClientIP) rightmostUntrusted(peer netip.Addr, list string, parse func(s
 	}
 	return last
 }
-
-func parseXFFHop(s string) (netip.Addr, bool) { return parseHostPort(s) }
 
 // parseForwardedHop reads the for= parameter of one RFC 7239 element:
 // for=192.0.2.60;proto=http, for="[2001:db8::1]:4711".

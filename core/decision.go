@@ -18,12 +18,13 @@ type Request interface {
 	Context() context.Context
 	// RemoteAddr is the peer's address, "ip:port" as net/http gives it.
 	RemoteAddr() string
-	// Header returns the named request header, "" if absent.
+	// Header returns every line of the named request header joined with
+	// ", " (HeaderValue does this for an http.Header), "" if absent.
 	Header(name string) string
 	// Method is the HTTP method.
 	Method() string
-	// Route is the matched route pattern where the framework knows one
-	// ("/users/:id"), else the URL path.
+	// Route is the matched route pattern ("/users/:id"), or "" where the
+	// framework has not matched one yet (middleware wrapping a whole mux).
 	Route() string
 }
 
@@ -66,7 +67,7 @@ func KeyByHeader(name string, fallback KeyFunc) KeyFunc {
 // reports the last error when none does.
 func KeyFirst(keys ...KeyFunc) KeyFunc {
 	return func(r Request) (string, error) {
-		err := errors.New("core: KeyFirst has no key functions")
+		err := errNoKeys
 		for _, k := range keys {
 			var key string
 			if key, err = k(r); err == nil && key != "" {
@@ -77,12 +78,37 @@ func KeyFirst(keys ...KeyFunc) KeyFunc {
 	}
 }
 
-// KeyByRoute keys requests by method and route, so each route has one limit
-// shared by all clients.
+// KeyByRoute keys requests by method and route pattern, so each route has
+// one limit shared by all clients. It never falls back to the URL path,
+// which a client could vary to get a fresh limit: mount the middleware where
+// the framework knows the route, or the request fails as unkeyable.
 func KeyByRoute() KeyFunc {
 	return func(r Request) (string, error) {
-		return "route:" + r.Method() + " " + r.Route(), nil
+		route := r.Route()
+		if route == "" {
+			return "", errNoRoute
+		}
+		return "route:" + r.Method() + " " + route, nil
 	}
+}
+
+var (
+	errNoRoute = errors.New("core: KeyByRoute: no route pattern for this request; mount the middleware on the routes")
+	errNoKeys  = errors.New("core: KeyFirst has no key functions")
+)
+
+// HeaderValue returns every line of header name in h joined with ", ", as
+// Request.Header must: a proxy may add its own X-Forwarded-For line instead
+// of appending to the client's.
+func HeaderValue(h http.Header, name string) string {
+	v := h.Values(name)
+	switch len(v) {
+	case 0:
+		return ""
+	case 1:
+		return v[0]
+	}
+	return strings.Join(v, ", ")
 }
 
 // FailPolicy says what a request gets when the Limiter fails (Redis down,

@@ -198,7 +198,10 @@ func (st Step) request(a Adapter) *http.Request {
 		req.RemoteAddr = "192.0.2.1:1234"
 	}
 	for k, v := range st.Header {
-		req.Header.Set(k, v)
+		// A "\n" in a value sends each part as its own header line.
+		for _, line := range strings.Split(v, "\n") {
+			req.Header.Add(k, line)
+		}
 	}
 	return req
 }

@@ -185,14 +185,27 @@ var Scenarios = []Scenario{
 		Steps: []Step{
 			{Remote: "10.0.0.1:5000", Header: hdr("X-Forwarded-For", "198.51.100.9, 203.0.113.7, 10.0.0.2"),
 				Want: allowed("3", "2", 20*time.Second)},
-			{Remote: "10.0.0.1:5000", Header: hdr("Forwarded", `for=198.51.100.9, for="203.0.113.7:4711";proto=https`),
+			// The proxy added its own line after the client's forged one.
+			{Remote: "10.0.0.1:5000", Header: hdr("X-Forwarded-For", "198.51.100.9\n203.0.113.7"),
 				Want: allowed("3", "1", 40*time.Second)},
-			{Remote: "10.0.0.3:5000", Header: hdr("X-Real-IP", "203.0.113.7"),
-				Want: allowed("3", "0", time.Minute)},
+			// Headers the proxy does not set are the client's: ignored.
+			{Remote: "10.0.0.3:5000", Header: hdr("X-Real-IP", "198.51.100.9", "Forwarded", "for=198.51.100.9"),
+				Want: allowed("3", "2", 20*time.Second)},
 			// Not a trusted peer: its X-Forwarded-For proves nothing.
 			{Header: hdr("X-Forwarded-For", "203.0.113.7"), Want: allowed("3", "2", 20*time.Second)},
 		},
-		Keys: []string{"http:ip:203.0.113.7", "http:" + peer},
+		Keys: []string{"http:ip:203.0.113.7", "http:ip:10.0.0.3", "http:" + peer},
+	},
+	{
+		Name: "trusted_proxy_forwarded_header",
+		Configs: one(Config{Limit: perMinute(3), ClientIP: &core.ClientIP{
+			TrustedProxies: trustedProxies.TrustedProxies, Header: "Forwarded"}}),
+		Steps: []Step{
+			{Remote: "10.0.0.1:5000", Header: hdr("Forwarded", `for=198.51.100.9, for="203.0.113.7:4711";proto=https`,
+				"X-Forwarded-For", "198.51.100.9"),
+				Want: allowed("3", "2", 20*time.Second)},
+		},
+		Keys: []string{"http:ip:203.0.113.7"},
 	},
 	{
 		Name:    "ipv6_grouped_by_64",
