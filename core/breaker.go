@@ -76,12 +76,13 @@ func (b *breaker) allow(now time.Time) bool {
 // record notes the outcome of a call that went to Redis. Failures of the
 // caller's own making (its context ended) say nothing about Redis.
 func (b *breaker) record(ctx context.Context, err error, now time.Time) {
-	if err != nil && !redisFault(ctx, err) {
-		err = nil
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.probing = false
+	if err != nil && !redisFault(ctx, err) {
+		// Neither a success nor a Redis failure: it says nothing either way.
+		return
+	}
 	if err == nil {
 		if b.failing && b.log != nil {
 			b.log.Info("redlimit: redis answers again; exact limiting resumed")

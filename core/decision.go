@@ -172,7 +172,7 @@ type Policy struct {
 	// Default: "http".
 	Name string
 	// Limit applies to every request, unless LimitFunc chooses another.
-	// Required unless LimitFunc is set.
+	// Required, even with LimitFunc: it is the fallback.
 	Limit Limit
 	// LimitFunc, if set, chooses the Limit per request (per route, per
 	// tenant); its second result false means "use Limit".
@@ -191,21 +191,25 @@ type Policy struct {
 	// request the Global denies has still used its key's quota.
 	// Default: none.
 	Global *Limit
-	// Key chooses the key. Default: KeyByIP(nil), the peer address.
+	// Key chooses the key. Default: KeyByIP(ClientIP).
 	Key KeyFunc
+	// ClientIP resolves client addresses for the default key. Default: nil,
+	// the peer address (see ClientIP).
+	ClientIP *ClientIP
 	// Cost, if set, says how many units a request costs. Default: 1.
 	Cost func(Request) int
 	// Headers selects the response headers. Default: HeadersXRateLimit.
 	Headers HeaderStyle
 	// Fail is what happens when the Limiter fails. Default: FailOpen.
 	Fail FailPolicy
-	// DryRun decides, counts and sends headers but never denies: for rolling
-	// a limit out safely. Denials still reach Observer and OnError is not
-	// involved.
+	// DryRun decides, counts and sends headers but never denies nor delays:
+	// for rolling a limit out safely. Denials still reach Observer.
 	DryRun bool
 	// MaxWait caps how long a LeakyBucket request is held before it
 	// proceeds; one that would wait longer is denied without using capacity.
-	// Default (0): the Limit's own MaxDelay.
+	// It only ever lowers a Limit's own MaxDelay. Default (0): the Limit's
+	// MaxDelay, or its Period when that is 0 too, so no request is held
+	// longer than one period unless asked.
 	MaxWait time.Duration
 	// OnError, if set, is told of every failure (Redis, timeout, key).
 	OnError func(Request, error)
@@ -236,6 +240,9 @@ type Event struct {
 	Err error
 	// Result is the Limiter's answer (zero on failure).
 	Result Result
+	// RedisFault reports that Err is a failure of Redis (an error, a
+	// timeout, an open circuit), not of the request or its caller.
+	RedisFault bool
 }
 
 // NewPolicy checks p and fills in its defaults. Adapters call it once, at
@@ -244,10 +251,8 @@ func NewPolicy(p Policy) (*Policy, error) {
 	if p.Limiter == nil {
 		return nil, errors.New("core: Policy.Limiter is nil")
 	}
-	if p.LimitFunc == nil || p.Limit != (Limit{}) {
-		if err := p.Limit.Validate(); err != nil {
-			return nil, fmt.Errorf("core: Policy.Limit: %w", err)
-		}
+	if err := p.Limit.Validate(); err != nil {
+		return nil, fmt.Errorf("core: Policy.Limit: %w", err)
 	}
 	for i, l := range p.Layers {
 		if err := l.Validate(); err != nil {
@@ -263,7 +268,7 @@ func NewPolicy(p Policy) (*Policy, error) {
 		p.Name = "http"
 	}
 	if p.Key == nil {
-		p.Key = KeyByIP(nil)
+		p.Key = KeyByIP(p.ClientIP)
 	}
 	if p.Headers > HeadersNone {
 		return nil, fmt.Errorf("core: Policy.Headers %d is unknown", p.Headers)
@@ -328,6 +333,9 @@ type Decision struct {
 
 	policy *Policy
 	now    time.Time
+	own    Result // the key's own (strictest) result, before the Global
+	global Result // the Global's result, when consulted
+	asked  bool   // the Global was consulted
 }
 
 // Decide keys r, asks the Limiter, and, for an admitted LeakyBucket request,
@@ -370,14 +378,15 @@ func (p *Policy) Decide(r Request) Decision {
 	case !d.Result.Allowed:
 		d.Outcome = OutcomeDenied
 	}
-	if d.Outcome == OutcomeAllowed && d.Result.Delay > 0 {
+	if d.Outcome == OutcomeAllowed && d.Result.Delay > 0 && !p.DryRun {
 		if err := sleep(ctx, d.Result.Delay); err != nil {
 			d.Outcome, d.Err = OutcomeCanceled, err
 		}
 	}
 	if p.Observer != nil {
 		p.Observer.Observe(Event{Policy: p.Name, Algorithm: d.Limit.Algorithm, Outcome: d.Outcome,
-			Latency: d.now.Sub(start), Err: d.Err, Result: d.Result})
+			Latency: d.now.Sub(start), Err: d.Err, Result: d.Result,
+			RedisFault: d.Err != nil && redisFault(ctx, d.Err)})
 	}
 	return d
 }
@@ -385,8 +394,15 @@ func (p *Policy) Decide(r Request) Decision {
 // capWait applies MaxWait to a LeakyBucket limit: it only ever lowers
 // the Limit's own MaxDelay.
 func (p *Policy) capWait(l Limit) Limit {
-	if p.MaxWait > 0 && l.Algorithm == LeakyBucket && (l.MaxDelay == 0 || p.MaxWait < l.MaxDelay) {
-		l.MaxDelay = p.MaxWait
+	if l.Algorithm != LeakyBucket {
+		return l
+	}
+	limit := p.MaxWait
+	if limit == 0 && l.MaxDelay == 0 {
+		limit = l.Period
+	}
+	if limit > 0 && (l.MaxDelay == 0 || limit < l.MaxDelay) {
+		l.MaxDelay = limit
 	}
 	return l
 }
@@ -403,14 +419,36 @@ func (p *Policy) decide(ctx context.Context, d *Decision, key string, cost int) 
 		d.Layers, err = p.Limiter.AllowLayers(ctx, p.Name+":"+key, limits, cost)
 		d.Result = Strictest(d.Layers)
 	}
+	d.own = d.Result
 	if err != nil || !d.Result.Allowed || p.Global == nil {
 		return err
 	}
-	g, err := p.Limiter.AllowN(ctx, p.Name+"|global", *p.Global, cost)
-	if err == nil && !g.Allowed {
-		d.Result = g
+	d.global, err = p.Limiter.AllowN(ctx, p.globalKey(), *p.Global, cost)
+	d.asked = err == nil
+	if d.asked && !d.global.Allowed {
+		d.Result = d.global
 	}
 	return err
+}
+
+func (p *Policy) globalKey() string { return p.Name + "|global" }
+
+// Reset forgets key's state under this Policy, in every layer and for every
+// algorithm a LimitFunc might choose; key is what the Policy's KeyFunc
+// returns ("ip:192.0.2.1"). The Global is shared and left alone.
+func (p *Policy) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return ErrEmptyKey
+	}
+	k := p.Name + ":" + key
+	keys := make([]string, 0, len(algorithmSuffix)+len(p.Layers))
+	for a := range algorithmSuffix {
+		keys = append(keys, layerKey(p.Limiter.prefix, k, Algorithm(a), 0))
+	}
+	for i, l := range p.Layers {
+		keys = append(keys, layerKey(p.Limiter.prefix, k, l.Algorithm, i+1))
+	}
+	return p.Limiter.del(ctx, keys)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -493,24 +531,33 @@ func (d *Decision) WriteHeaders(set func(name, value string)) {
 // policy, or one per layer, each a structured-field list member.
 func (d *Decision) writeIETF(set func(name, value string)) {
 	p := d.policy
-	if len(d.Layers) == 0 {
+	if len(d.Layers) == 0 && !d.asked {
 		set("RateLimit-Policy", ietfPolicy(p.policyField, d.Result.Limit, d.Limit.Period))
 		set("RateLimit", ietfState(p.policyField, d.Result))
 		return
 	}
 	var pol, state strings.Builder
-	for i, r := range d.Layers {
-		period := d.Limit.Period
-		if i > 0 {
-			period = p.Layers[i-1].Period
-		}
-		name := p.policyField[:len(p.policyField)-1] + "-" + strconv.Itoa(i) + `"`
-		if i > 0 {
+	member := func(suffix string, r Result, period time.Duration) {
+		name := p.policyField[:len(p.policyField)-1] + suffix + `"`
+		if pol.Len() > 0 {
 			pol.WriteString(", ")
 			state.WriteString(", ")
 		}
 		pol.WriteString(ietfPolicy(name, r.Limit, period))
 		state.WriteString(ietfState(name, r))
+	}
+	if len(d.Layers) == 0 {
+		member("", d.own, d.Limit.Period)
+	}
+	for i, r := range d.Layers {
+		period := d.Limit.Period
+		if i > 0 {
+			period = p.Layers[i-1].Period
+		}
+		member("-"+strconv.Itoa(i), r, period)
+	}
+	if d.asked {
+		member("-global", d.global, p.Global.Period)
 	}
 	set("RateLimit-Policy", pol.String())
 	set("RateLimit", state.String())

@@ -33,7 +33,8 @@ type denyCache struct {
 type denial struct {
 	limit Limit
 	n     int
-	until time.Time // monotonic
+	until time.Time // deny locally before this: sent + RetryAfter
+	ready time.Time // report waits until this: received + RetryAfter
 	res   Result
 }
 
@@ -45,31 +46,38 @@ func (c *denyCache) get(key string, limit Limit, n int, now time.Time) (Result, 
 	if !ok || d.limit != limit || n < d.n || !now.Before(d.until) {
 		return Result{}, false
 	}
+	// Redis measured its waits somewhere between sending and receiving:
+	// deny only while that is surely not over (until), but report the wait
+	// as ending no earlier than it might (ready), so Retry-After is never
+	// early.
 	r := d.res
 	r.Cached = true
-	r.RetryAfter = d.until.Sub(now)
-	r.ResetAfter = max(r.RetryAfter, r.ResetAfter-now.Sub(d.until.Add(-d.res.RetryAfter)))
+	elapsed := d.ready.Sub(now) - d.res.RetryAfter // <= 0
+	r.RetryAfter = d.ready.Sub(now)
+	r.ResetAfter = max(r.RetryAfter, d.res.ResetAfter+elapsed)
 	return r, true
 }
 
-// put remembers a denial that Redis decided for a request sent at sent.
-func (c *denyCache) put(key string, limit Limit, n int, sent time.Time, r Result) {
+// put remembers a denial that Redis decided for a request sent at sent
+// whose reply arrived at received.
+func (c *denyCache) put(key string, limit Limit, n int, sent, received time.Time, r Result) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) >= c.max {
+	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
+		// Evict one entry, preferring an expired one among the first few
+		// that map order (random) offers: bounded work under a key spray.
+		seen := 0
+		var victim string
 		for k, d := range c.m {
-			if !sent.Before(d.until) {
-				delete(c.m, k)
-			}
-		}
-		for k := range c.m {
-			if len(c.m) < c.max {
+			victim = k
+			if !received.Before(d.until) || seen == 8 {
 				break
 			}
-			delete(c.m, k)
+			seen++
 		}
+		delete(c.m, victim)
 	}
-	c.m[key] = denial{limit: limit, n: n, until: sent.Add(r.RetryAfter), res: r}
+	c.m[key] = denial{limit: limit, n: n, until: sent.Add(r.RetryAfter), ready: received.Add(r.RetryAfter), res: r}
 }
 
 func (c *denyCache) forget(key string) {

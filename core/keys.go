@@ -17,6 +17,9 @@ var ErrEmptyKey = errors.New("core: empty key")
 // SHA-256, so what reaches Redis stays small.
 const MaxKeyLen = 128
 
+// escapeBraces keeps a configured prefix from holding a hash tag.
+var escapeBraces = strings.NewReplacer("{", "%7B", "}", "%7D")
+
 // algorithmSuffix keeps the state of different algorithms apart, so a key
 // whose Limit switches algorithm never meets a value of the wrong type.
 var algorithmSuffix = [...]string{

@@ -156,11 +156,11 @@ func (l Limit) params() (params, error) {
 		g := gcd(period, p.rate)
 		p.period, p.rate = period/g, p.rate/g
 	}
-	// The largest product a script forms is capacity*period (a full bucket
-	// in scaled units, or the weighted window count); current Unix time in
-	// µs plus two periods must also stay exact.
-	if capacity > maxExact/p.period || period > maxExact/4 {
-		return params{}, fmt.Errorf("%w: Rate/Burst %d over Period %v exceeds the exact range of Redis Lua numbers (capacity × period in µs must be < 2^53)",
+	// The largest sum a script forms is under twice capacity*period (a full
+	// bucket plus a cost in scaled units, or the weighted window counts);
+	// current Unix time in µs plus two periods must also stay exact.
+	if capacity > maxExact/2/p.period || period > maxExact/4 {
+		return params{}, fmt.Errorf("%w: Rate/Burst %d over Period %v exceeds the exact range of Redis Lua numbers (2 × capacity × period in µs must be < 2^53)",
 			ErrInvalidLimit, capacity, l.Period)
 	}
 	return p, nil

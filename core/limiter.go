@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,7 +91,7 @@ type Option func(*Limiter)
 // Braces in it are escaped so they cannot become the hash tag.
 // Default: DefaultPrefix.
 func WithPrefix(prefix string) Option {
-	return func(l *Limiter) { l.prefix = strings.NewReplacer("{", "%7B", "}", "%7D").Replace(prefix) }
+	return func(l *Limiter) { l.prefix = escapeBraces.Replace(prefix) }
 }
 
 // WithTimeout bounds each decision, on top of the caller's context; d <= 0
@@ -209,15 +208,24 @@ func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
 	if err := l.check(key, limit); err != nil {
 		return err
 	}
-	rkey := redisKey(l.prefix, key, limit.Algorithm)
-	if l.denied != nil {
-		l.denied.forget(rkey)
+	return l.del(ctx, []string{redisKey(l.prefix, key, limit.Algorithm)})
+}
+
+// del deletes keys (all in one hash slot) and forgets them locally.
+func (l *Limiter) del(ctx context.Context, keys []string) error {
+	if l.rdb == nil {
+		return ErrNoClient
 	}
-	if l.fallback != nil {
-		l.fallback.forget(rkey)
+	for _, k := range keys {
+		if l.denied != nil {
+			l.denied.forget(k)
+		}
+		if l.fallback != nil {
+			l.fallback.forget(k)
+		}
 	}
 	_, err := l.do(ctx, func(ctx context.Context) (any, error) {
-		return nil, l.rdb.Del(ctx, rkey).Err()
+		return nil, l.rdb.Del(ctx, keys...).Err()
 	})
 	return err
 }
@@ -275,7 +283,7 @@ func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int, pe
 		return Result{}, err
 	}
 	if l.denied != nil && !res.Allowed && !peek {
-		l.denied.put(rkey, limit, n, sent, res)
+		l.denied.put(rkey, limit, n, sent, time.Now(), res)
 	}
 	return res, nil
 }
@@ -290,7 +298,8 @@ type prepared struct {
 }
 
 func (l *Limiter) prepare(limit Limit) (*prepared, error) {
-	slot := &l.prepared[(uint(limit.Rate)^uint(limit.Period)^uint(limit.Algorithm))%uint(len(l.prepared))]
+	h := (uint64(limit.Rate)*0x9E3779B97F4A7C15 ^ uint64(limit.Period)>>10 ^ uint64(limit.Burst)<<7 ^ uint64(limit.Algorithm)) * 0x9E3779B97F4A7C15
+	slot := &l.prepared[h>>61]
 	if pr := slot.Load(); pr != nil && pr.limit == limit {
 		return pr, nil
 	}

@@ -18,9 +18,10 @@ import (
 // replaces the stored Limit, so the stored value and the enforced one never
 // drift apart.
 //
-// Each instance caches what it read (found or not) for MaxAge, so an
-// override costs one extra round trip per name per MaxAge, not per request.
-// An Overrides is safe for concurrent use.
+// Each instance caches what it read (found, not found, or unreadable) for
+// MaxAge, so an override costs at most one extra round trip per name per
+// MaxAge, not per request, even while Redis is down; each read is bounded by
+// DefaultTimeout. An Overrides is safe for concurrent use.
 type Overrides struct {
 	rdb     redis.UniversalClient
 	prefix  string
@@ -51,6 +52,7 @@ func NewOverrides(rdb redis.UniversalClient, prefix string, maxAge time.Duration
 	if maxAge <= 0 {
 		maxAge = DefaultOverridesMaxAge
 	}
+	prefix = escapeBraces.Replace(prefix)
 	return &Overrides{rdb: rdb, prefix: prefix + ":override", maxAge: maxAge, maxKeys: 10000,
 		cache: make(map[string]cachedLimit)}
 }
@@ -97,21 +99,23 @@ func (o *Overrides) Get(ctx context.Context, name string) (limit Limit, found bo
 	if ok && now.Sub(c.fetched) < o.maxAge {
 		return c.limit, c.found, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	defer cancel()
 	v, err := o.rdb.Get(ctx, o.key(name)).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		o.remember(name, Limit{}, false, now)
 		return Limit{}, false, nil
 	case err != nil:
-		if ok {
-			// Keep enforcing what was last known rather than nothing.
-			return c.limit, c.found, fmt.Errorf("core: overrides: %w", err)
-		}
-		return Limit{}, false, fmt.Errorf("core: overrides: %w", err)
+		// Keep enforcing what was last known (or the default), and do not
+		// ask again before MaxAge: an outage must not cost a read a request.
+		o.remember(name, c.limit, c.found, now)
+		return c.limit, c.found, fmt.Errorf("core: overrides: %w", err)
 	}
 	limit, err = decodeLimit(v)
 	if err != nil {
-		return Limit{}, false, fmt.Errorf("core: overrides: %q: %w", name, err)
+		o.remember(name, c.limit, c.found, now)
+		return c.limit, c.found, fmt.Errorf("core: overrides: %q: %w", name, err)
 	}
 	o.remember(name, limit, true, now)
 	return limit, true, nil
@@ -136,7 +140,8 @@ func (o *Overrides) remember(name string, l Limit, found bool, now time.Time) {
 	if len(o.cache) >= o.maxKeys {
 		clear(o.cache)
 	}
-	o.cache[name] = cachedLimit{limit: l, found: found, fetched: now}
+	// The name may alias a buffer the framework reuses (fasthttp).
+	o.cache[strings.Clone(name)] = cachedLimit{limit: l, found: found, fetched: now}
 }
 
 // encodeLimit writes "algorithm rate period burst maxdelay" (e.g.

@@ -111,10 +111,7 @@ func (c Config) policy() core.Policy {
 	p := core.Policy{
 		Limiter: c.Limiter, Name: c.Name, Limit: c.Limit, Layers: c.Layers, Global: c.Global,
 		Key: c.Key, Headers: c.Headers, Fail: c.Fail, DryRun: c.DryRun, MaxWait: c.MaxWait,
-		Observer: c.Observer,
-	}
-	if p.Key == nil && c.ClientIP != nil {
-		p.Key = core.KeyByIP(c.ClientIP)
+		Observer: c.Observer, ClientIP: c.ClientIP,
 	}
 	if f := c.IdentifierExtractor; f != nil {
 		p.Key = func(r core.Request) (string, error) { return f(r.(request).c) }

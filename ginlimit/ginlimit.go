@@ -19,9 +19,6 @@ func New(limiter *core.Limiter, limit core.Limit, opts ...Option) gin.HandlerFun
 	for _, opt := range opts {
 		opt(&c)
 	}
-	if c.policy.Key == nil && c.clientIP != nil {
-		c.policy.Key = core.KeyByIP(c.clientIP)
-	}
 	p, err := core.NewPolicy(c.policy)
 	if err != nil {
 		panic(fmt.Errorf("ginlimit: %w", err))

@@ -18,9 +18,6 @@ func New(limiter *core.Limiter, limit core.Limit, opts ...Option) func(http.Hand
 	for _, opt := range opts {
 		opt(&c)
 	}
-	if c.policy.Key == nil && c.clientIP != nil {
-		c.policy.Key = core.KeyByIP(c.clientIP)
-	}
 	p, err := core.NewPolicy(c.policy)
 	if err != nil {
 		panic(fmt.Errorf("nethttplimit: %w", err))

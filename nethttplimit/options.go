@@ -11,10 +11,9 @@ import (
 type Option func(*config)
 
 type config struct {
-	policy   core.Policy
-	clientIP *core.ClientIP
-	skip     func(*http.Request) bool
-	deny     func(http.ResponseWriter, *http.Request, core.Decision)
+	policy core.Policy
+	skip   func(*http.Request) bool
+	deny   func(http.ResponseWriter, *http.Request, core.Decision)
 }
 
 // WithName names the middleware: its keys are namespaced by the name, so two
@@ -92,7 +91,7 @@ func WithMaxWait(d time.Duration) Option {
 // Default: the peer address (forwarding headers ignored), IPv6 by /64.
 // It does not apply when WithKey or WithKeyFunc is given.
 func WithClientIP(ip *core.ClientIP) Option {
-	return func(c *config) { c.clientIP = ip }
+	return func(c *config) { c.policy.ClientIP = ip }
 }
 
 // WithDenyHandler answers the requests that do not proceed instead of the

@@ -130,7 +130,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 	counter(&o.decisions, "decisions", "{decision}",
 		"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled).")
 	counter(&o.redisErrors, "redis.errors", "{error}",
-		"Decisions that failed (Redis error or timeout, or a request that could not be keyed or costed), by policy.")
+		"Decisions Redis failed (an error, a timeout or an open circuit breaker), by policy.")
 	counter(&o.cacheHits, "deny_cache.hits", "{decision}",
 		"Denials answered by the local deny cache without asking Redis, by policy.")
 	counter(&o.fallbacks, "fallback.decisions", "{decision}",
@@ -162,7 +162,7 @@ func (o *Observer) Observe(e core.Event) {
 		o.duration.Record(ctx, e.Latency.Seconds(), metric.WithAttributes(PolicyKey.String(e.Policy),
 			AlgorithmKey.String(e.Algorithm.String())))
 	}
-	if e.Err != nil {
+	if e.RedisFault {
 		o.redisErrors.Add(ctx, 1, p.policy...)
 	}
 	if e.Result.Cached {

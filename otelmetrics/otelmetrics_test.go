@@ -122,7 +122,7 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:          3,
 				`redlimit.deny_cache.hits{policy="api"}`:                                     1,
 			}},
-		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: errRedis},
+		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: errRedis, RedisFault: true},
 			map[string]float64{
 				`redlimit.decisions{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:               4,
@@ -137,7 +137,7 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit.fallback.decisions{policy="api"}`:                                   1,
 			}},
 		{"other policy and algorithm, failed closed", core.Event{Policy: "login", Algorithm: core.SlidingWindow,
-			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: errRedis},
+			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: errRedis, RedisFault: true},
 			map[string]float64{
 				`redlimit.decisions{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
 				`redlimit.decision.duration{algorithm="sliding_window",policy="login"}`:                 1,
@@ -269,7 +269,7 @@ func TestObserveAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: errRedis,
+	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: errRedis, RedisFault: true,
 		Result: core.Result{Cached: true, Fallback: true}}
 	o.Observe(e)
 	if got := testing.AllocsPerRun(100, func() { o.Observe(e) }); got != 0 {

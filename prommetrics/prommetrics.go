@@ -119,7 +119,7 @@ func New(opts ...Option) *Collector {
 			"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled).",
 			"policy", "algorithm", "outcome"),
 		redisErrors: counter("redis_errors_total",
-			"Decisions that failed (Redis error or timeout, or a request that could not be keyed or costed), by policy.",
+			"Decisions Redis failed (an error, a timeout or an open circuit breaker), by policy.",
 			"policy"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: cfg.namespace, Name: "decision_duration_seconds", ConstLabels: cfg.constLabels,
@@ -160,7 +160,7 @@ func (c *Collector) Observe(e core.Event) {
 	p := c.policy(e.Policy)
 	c.decision(p, e.Algorithm, e.Outcome).Inc()
 	c.latency(p, e.Algorithm).Observe(e.Latency.Seconds())
-	if e.Err != nil {
+	if e.RedisFault {
 		p.redisErrors.Inc()
 	}
 	if e.Result.Cached {

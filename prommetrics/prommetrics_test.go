@@ -106,7 +106,7 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:        3,
 				`redlimit_deny_cache_hits_total{policy="api"}`:                                     1,
 			}},
-		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: errRedis},
+		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: errRedis, RedisFault: true},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:             4,
@@ -121,7 +121,7 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_fallback_decisions_total{policy="api"}`:                                   1,
 			}},
 		{"other policy and algorithm, failed closed", core.Event{Policy: "login", Algorithm: core.SlidingWindow,
-			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: errRedis},
+			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: errRedis, RedisFault: true},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="sliding_window",policy="login"}`:               1,
@@ -283,7 +283,7 @@ func TestDependencies(t *testing.T) {
 // exist.
 func TestObserveAllocs(t *testing.T) {
 	c := prommetrics.New()
-	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: errRedis,
+	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: errRedis, RedisFault: true,
 		Result: core.Result{Cached: true, Fallback: true}}
 	c.Observe(e)
 	if got := testing.AllocsPerRun(100, func() { c.Observe(e) }); got != 0 {
@@ -309,7 +309,7 @@ func BenchmarkObserveMixed(b *testing.B) {
 	events := []core.Event{
 		{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond},
 		{Policy: "api", Outcome: core.OutcomeDenied, Result: core.Result{Cached: true}},
-		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeFailedOpen, Err: errRedis},
+		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeFailedOpen, Err: errRedis, RedisFault: true},
 		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeAllowed, Result: core.Result{Fallback: true}},
 	}
 	for _, e := range events {

@@ -351,8 +351,9 @@ var Scenarios = []Scenario{
 	},
 	{
 		// 1 per 2s: requests leave two seconds apart.
-		Name:    "leaky_bucket_waits_and_honours_cancel",
-		Configs: one(Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 2 * time.Second, Burst: 5}}),
+		Name: "leaky_bucket_waits_and_honours_cancel",
+		Configs: one(Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 2 * time.Second, Burst: 5},
+			MaxWait: 10 * time.Second}),
 		Steps: []Step{
 			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MaxTook: slack}},
 			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MinTook: 1500 * time.Millisecond}},
