@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,6 +48,10 @@ type breaker struct {
 	span     time.Duration // the least time a streak must cover to open
 	log      *slog.Logger
 
+	// healthy is true while the last call succeeded and the circuit is
+	// closed: the common case then costs one atomic load, not a lock.
+	healthy atomic.Bool
+
 	mu        sync.Mutex
 	failing   bool      // the last call failed
 	streak    int       // consecutive failures
@@ -58,7 +63,7 @@ type breaker struct {
 // allow reports whether a call may go to Redis now. While the circuit is
 // open it admits one probe per cool-down.
 func (b *breaker) allow(now time.Time) bool {
-	if b.failures <= 0 {
+	if b.failures <= 0 || b.healthy.Load() {
 		return true
 	}
 	b.mu.Lock()
@@ -76,8 +81,12 @@ func (b *breaker) allow(now time.Time) bool {
 // record notes the outcome of a call that went to Redis. Failures of the
 // caller's own making (its context ended) say nothing about Redis.
 func (b *breaker) record(ctx context.Context, err error, now time.Time) {
+	if b.healthy.Load() && (err == nil || !redisFault(ctx, err)) {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer func() { b.healthy.Store(!b.failing && b.openUntil.IsZero()) }()
 	b.probing = false
 	if err != nil && !redisFault(ctx, err) {
 		// Neither a success nor a Redis failure: it says nothing either way.

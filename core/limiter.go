@@ -127,6 +127,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
 		opt(l)
 	}
 	l.breaker.span = 2 * l.timeout
+	l.breaker.healthy.Store(true)
 	if isNil(rdb) {
 		l.rdb = nil // every call returns ErrNoClient
 		return l
