@@ -472,7 +472,7 @@ var scenarios = []struct {
 			}
 		}
 		wantHealthy(t, s, 2)
-		if n := s.countLog("redis is failing"); n != 1 {
+		if n := s.countLog("redis call failed"); n != 1 {
 			t.Errorf("logged the Redis failure %d times, want once", n)
 		}
 		s.stop()
@@ -523,7 +523,7 @@ var scenarios = []struct {
 		wantAllowed(t, r, 2, 1, time.Minute)
 		wantAllowed(t, s.get("/"), 2, 0, time.Minute)
 		wantDenied(t, s.get("/"), 60)
-		if n := s.countLog("redis is failing"); n != 1 {
+		if n := s.countLog("redis call failed"); n != 1 {
 			t.Errorf("logged the Redis failure %d times, want once", n)
 		}
 		if n := s.countLog("redis answers again"); n != 1 {

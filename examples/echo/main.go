@@ -30,14 +30,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	e.HideBanner, e.HidePort = true, true
 
 	limit := echolimit.WithConfig(echolimit.Config{
-		Limiter:      app.Limiter,
-		Limit:        app.Limit,
-		Key:          app.Key,
-		Headers:      app.Headers,
-		Fail:         app.Fail,
-		MaxWait:      app.MaxWait,
-		Observer:     app.Observer,
-		ErrorHandler: func(_ echo.Context, err error) { app.OnError(err) },
+		Limiter:  app.Limiter,
+		Limit:    app.Limit,
+		Key:      app.Key,
+		Headers:  app.Headers,
+		Fail:     app.Fail,
+		MaxWait:  app.MaxWait,
+		Observer: app.Observer,
 	})
 
 	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") }, limit)

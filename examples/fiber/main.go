@@ -30,14 +30,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	f := fiber.New(fiber.Config{DisableStartupMessage: true})
 
 	limit := fiberlimit.New(fiberlimit.Config{
-		Limiter:      app.Limiter,
-		Limit:        app.Limit,
-		Key:          app.Key,
-		Headers:      app.Headers,
-		Fail:         app.Fail,
-		MaxWait:      app.MaxWait,
-		Observer:     app.Observer,
-		ErrorHandler: func(_ *fiber.Ctx, err error) { app.OnError(err) },
+		Limiter:  app.Limiter,
+		Limit:    app.Limit,
+		Key:      app.Key,
+		Headers:  app.Headers,
+		Fail:     app.Fail,
+		MaxWait:  app.MaxWait,
+		Observer: app.Observer,
 	})
 
 	f.Get("/", limit, func(c *fiber.Ctx) error { return c.SendString("ok") })

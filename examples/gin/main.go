@@ -40,7 +40,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		ginlimit.WithFailPolicy(app.Fail),
 		ginlimit.WithMaxWait(app.MaxWait),
 		ginlimit.WithObserver(app.Observer),
-		ginlimit.WithErrorHandler(func(_ *gin.Context, err error) { app.OnError(err) }),
 	)
 
 	r.GET("/", limit, func(c *gin.Context) { c.String(http.StatusOK, "ok") })

@@ -30,7 +30,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		nethttplimit.WithFailPolicy(app.Fail),
 		nethttplimit.WithMaxWait(app.MaxWait),
 		nethttplimit.WithObserver(app.Observer),
-		nethttplimit.WithErrorHandler(func(_ *http.Request, err error) { app.OnError(err) }),
 	)
 
 	mux := http.NewServeMux()

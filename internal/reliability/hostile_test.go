@@ -337,9 +337,10 @@ func TestOverflowingLimits(t *testing.T) {
 		want  string // in the error
 	}{
 		{"1e12 per nanosecond", core.Limit{Rate: 1e12, Period: time.Nanosecond}, "Period"},
-		// The buckets divide Rate and Period by their GCD (4e8 here), so
-		// 1e15 per hour is within range for them (see below), but not for
-		// the windows, nor with a Period that shares no factor with Rate.
+		// The buckets divide Rate and Period by their GCD, so 5e14 per hour
+		// is within range for them (see below), but 1e15 is not, nor is
+		// anything for the windows whose Rate × Period (µs) reaches 2^52.
+		{"1e15 per hour, token bucket", core.Limit{Rate: 1e15, Period: time.Hour}, "exceeds"},
 		{"1e15 per hour, sliding window", core.Limit{Algorithm: core.SlidingWindow, Rate: 1e15, Period: time.Hour}, "exceeds"},
 		{"1e15 per hour, fixed window", core.Limit{Algorithm: core.FixedWindow, Rate: 1e15, Period: time.Hour}, "exceeds"},
 		{"1e15 per hour and 1µs", core.Limit{Rate: 1e15, Period: time.Hour + time.Microsecond}, "exceeds"},
@@ -364,7 +365,8 @@ func TestOverflowingLimits(t *testing.T) {
 			if _, err := core.NewPolicy(core.Policy{Limiter: lim, Limit: tc.limit}); !errors.Is(err, core.ErrInvalidLimit) {
 				t.Errorf("NewPolicy: %v, want core.ErrInvalidLimit", err)
 			}
-			pol := newPolicy(t, core.Policy{Limiter: lim, LimitFunc: func(core.Request) (core.Limit, bool) { return tc.limit, true }})
+			pol := newPolicy(t, core.Policy{Limiter: lim, Limit: core.PerSecond(1),
+				LimitFunc: func(core.Request) (core.Limit, bool) { return tc.limit, true }})
 			if d := pol.Decide(request{remote: "192.0.2.1:1"}); d.Proceed() || !errors.Is(d.Err, core.ErrInvalidLimit) {
 				t.Errorf("Policy with the Limit from LimitFunc: Proceed() = %v, outcome %v, err %v; want a refusal", d.Proceed(), d.Outcome, d.Err)
 			}
@@ -375,17 +377,17 @@ func TestOverflowingLimits(t *testing.T) {
 	}
 	// Large limits inside the range still work, exactly.
 	for _, l := range []core.Limit{
-		{Rate: 1e15, Period: time.Hour},
-		{Algorithm: core.LeakyBucket, Rate: 1e15, Period: time.Hour},
+		{Rate: 5e14, Period: time.Hour},
+		{Algorithm: core.LeakyBucket, Rate: 5e14, Period: time.Hour},
 	} {
 		key := "huge-" + l.Algorithm.String()
 		if res, err := lim.AllowN(ctx, key, l, l.Rate); err != nil || !res.Allowed || res.Limit != l.Rate {
-			t.Errorf("%v 1e15 per hour, AllowN(1e15) on a fresh key: %+v, %v; want admitted", l.Algorithm, res, err)
+			t.Errorf("%v 5e14 per hour, AllowN(5e14) on a fresh key: %+v, %v; want admitted", l.Algorithm, res, err)
 		}
-		// Refill is 2.8e5 per µs: 1e14 takes about 6 minutes.
-		res, err := lim.AllowN(ctx, key, l, 1e14)
+		// A tenth of an hour's worth takes about 6 minutes to refill.
+		res, err := lim.AllowN(ctx, key, l, l.Rate/10)
 		if err != nil || res.Allowed || res.RetryAfter < 5*time.Minute || res.RetryAfter > 7*time.Minute {
-			t.Errorf("%v 1e15 per hour, AllowN(1e14) right after: %+v, %v; want denied, RetryAfter about 6m", l.Algorithm, res, err)
+			t.Errorf("%v 5e14 per hour, AllowN(5e13) right after: %+v, %v; want denied, RetryAfter about 6m", l.Algorithm, res, err)
 		}
 	}
 	for _, l := range []core.Limit{

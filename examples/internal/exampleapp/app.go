@@ -37,15 +37,13 @@ type App struct {
 	// MaxWait is -max-wait for leaky_bucket (default: the period); 0 for the
 	// other algorithms.
 	MaxWait time.Duration
-	// Observer must be given to the middleware: it logs Redis failures once
-	// per change of state and feeds the metrics when -metrics is set.
+	// Observer feeds the metrics when -metrics is set; nil otherwise.
 	Observer core.Observer
 	// Metrics serves GET /metrics (never limited) when -metrics is set; nil
 	// otherwise.
 	Metrics http.Handler
 
-	health *health
-	close  func()
+	close func()
 }
 
 // Setup parses the configuration (see ParseConfig) and connects to Redis.
@@ -66,19 +64,17 @@ func Setup(ctx context.Context, name string, args []string, getenv func(string) 
 		Fail:    cfg.Fail,
 		MaxWait: cfg.LeakyMaxWait(),
 	}
-	a.health = &health{log: log, fail: cfg.Fail}
-	a.Observer = a.health
 	if cfg.Metrics {
-		obs, h := newMetrics()
-		a.health.next, a.Metrics = obs, h
+		a.Observer, a.Metrics = newMetrics()
 	}
 	rdb, where, closeRedis, err := newRedis(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	a.close = closeRedis
-	a.Limiter = core.New(rdb, core.WithTimeout(cfg.Timeout))
-	a.health.ping(ctx, rdb, where, cfg.Timeout)
+	// The Limiter logs Redis failing and answering again, once per change.
+	a.Limiter = core.New(rdb, core.WithTimeout(cfg.Timeout), core.WithLogger(log))
+	ping(ctx, log, rdb, where, cfg.Timeout)
 	log.Info("limiting GET /",
 		"algorithm", a.Limit.Algorithm.String(), "limit", a.Limit.Rate, "period", a.Limit.Period,
 		"capacity", a.Limit.Capacity(), "key", cfg.Key, "fail", failName(cfg.Fail), "timeout", cfg.Timeout)
@@ -91,10 +87,6 @@ func failName(f core.FailPolicy) string {
 	}
 	return "open"
 }
-
-// OnError is the middleware's error handler: it logs Redis failures once
-// per change of state, not once per request.
-func (a *App) OnError(err error) { a.health.failed(err) }
 
 // Close releases Redis (and stops the embedded one).
 func (a *App) Close() {

@@ -6,13 +6,10 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redlimit/redlimit/core"
 )
 
 // newRedis connects to what the config names: -redis, -redis-cluster, or an
@@ -81,7 +78,8 @@ func newRedis(cfg Config, log *slog.Logger) (rdb redis.UniversalClient, where st
 }
 
 // quietRedis routes go-redis' own log lines (one per failed dial) to our log
-// at debug level, hidden by default: health logs failures once per change.
+// at debug level, hidden by default: the Limiter logs failures once per
+// change of state.
 var quietRedis sync.Once
 
 type redisLogger struct{ log *slog.Logger }
@@ -90,54 +88,12 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
 }
 
-// health logs Redis failures once per change of state, not once per
-// request: the first failure after success, and the first success after
-// failures. It is a core.Observer (every decision tells it whether Redis
-// answered) and forwards each event to next, if any.
-type health struct {
-	log     *slog.Logger
-	fail    core.FailPolicy
-	failing atomic.Bool
-	next    core.Observer
-}
-
-func (h *health) Observe(e core.Event) {
-	switch e.Outcome {
-	case core.OutcomeAllowed, core.OutcomeDenied:
-		if !e.Result.Cached && !e.Result.Fallback {
-			h.ok()
-		}
-	case core.OutcomeFailedOpen, core.OutcomeFailedClosed:
-		h.failed(e.Err)
-	}
-	if h.next != nil {
-		h.next.Observe(e)
-	}
-}
-
-// failed records a failure; it is also the adapters' error handler.
-func (h *health) failed(err error) {
-	if h.failing.CompareAndSwap(false, true) {
-		what := "served without limiting (-fail open)"
-		if h.fail == core.FailClosed {
-			what = "refused with 503 (-fail closed)"
-		}
-		h.log.Warn("redis is failing: requests are "+what+" until it answers again", "err", err)
-	}
-}
-
-func (h *health) ok() {
-	if h.failing.CompareAndSwap(true, false) {
-		h.log.Info("redis answers again: limiting resumed")
-	}
-}
-
 // ping checks Redis once at start-up, so a wrong address shows in the log
 // at once rather than on the first request. The server starts either way.
-func (h *health) ping(ctx context.Context, rdb redis.UniversalClient, where string, timeout time.Duration) {
+func ping(ctx context.Context, log *slog.Logger, rdb redis.UniversalClient, where string, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
-		h.failed(fmt.Errorf("ping %s: %w", where, err))
+		log.Warn("redis does not answer at start-up; the fail policy applies until it does", "redis", where, "err", err)
 	}
 }
