@@ -186,8 +186,8 @@ func TestDenyCacheExpiresWithRetryAfter(t *testing.T) {
 				case r.Cached:
 					cached++
 				case r.Allowed:
-					if late := time.Since(admitsAt); late > 100*time.Millisecond {
-						t.Errorf("admitted %v after RetryAfter ended, want within 100ms", late)
+					if late := time.Since(admitsAt); late > time.Second {
+						t.Errorf("admitted %v after RetryAfter ended, want within 1s", late)
 					}
 					if cached == 0 {
 						t.Errorf("no request was answered from the cache during RetryAfter %v", denied.RetryAfter)
