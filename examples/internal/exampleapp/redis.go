@@ -18,8 +18,10 @@ import (
 // or slow Redis costs a request at most the timeout. Nothing is retried
 // within a request (MaxRetries -1, DialerRetries 1): a refused connection
 // costs next to nothing, a retried script could count a request twice, and
-// the fail policy is there for failures. close releases the
-// client (and stops the embedded Redis).
+// the fail policy is there for failures. The pool is larger than go-redis'
+// default (10 per CPU), so that a burst of concurrent requests waits for
+// Redis rather than for a connection, which would fail them open. close
+// releases the client (and stops the embedded Redis).
 func newRedis(cfg Config, log *slog.Logger) (rdb redis.UniversalClient, where string, close func(), err error) {
 	quietRedis.Do(func() { redis.SetLogger(redisLogger{log}) })
 	t := cfg.Timeout
@@ -37,6 +39,9 @@ func newRedis(cfg Config, log *slog.Logger) (rdb redis.UniversalClient, where st
 		if opt.MaxRetries == 0 {
 			opt.MaxRetries = -1
 		}
+		if opt.PoolSize == 0 {
+			opt.PoolSize = poolSize
+		}
 		c := redis.NewClient(opt)
 		log.Info("using redis", "addr", opt.Addr, "db", opt.DB)
 		return c, opt.Addr, func() { _ = c.Close() }, nil
@@ -48,6 +53,7 @@ func newRedis(cfg Config, log *slog.Logger) (rdb redis.UniversalClient, where st
 			ReadTimeout:           t,
 			WriteTimeout:          t,
 			PoolTimeout:           t,
+			PoolSize:              poolSize,
 			MaxRetries:            -1,
 			NewClient: func(o *redis.Options) *redis.Client {
 				o.DialerRetries = 1
@@ -69,6 +75,7 @@ func newRedis(cfg Config, log *slog.Logger) (rdb redis.UniversalClient, where st
 		ReadTimeout:           t,
 		WriteTimeout:          t,
 		PoolTimeout:           t,
+		PoolSize:              poolSize,
 		DialerRetries:         1,
 		MaxRetries:            -1,
 	})
@@ -76,6 +83,10 @@ func newRedis(cfg Config, log *slog.Logger) (rdb redis.UniversalClient, where st
 		"addr", mr.Addr())
 	return c, mr.Addr(), func() { _ = c.Close(); mr.Close() }, nil
 }
+
+// poolSize bounds the connections to each Redis node; they are opened as
+// concurrency needs them.
+const poolSize = 128
 
 // quietRedis routes go-redis' own log lines (one per failed dial) to our log
 // at debug level, hidden by default: the Limiter logs failures once per
