@@ -103,9 +103,12 @@ func ours(name, client string, alg core.Algorithm, opts ...core.Option) impl {
 }
 
 var (
-	oursTB  = ours("ours/token_bucket", "ours", core.TokenBucket)
-	oursAP  = ours("ours/token_bucket+autopipeline", "ours-ap", core.TokenBucket, core.WithAutoPipeline())
-	oursDC  = ours("ours/token_bucket+denycache", "ours", core.TokenBucket, core.WithDenyCache(1<<17))
+	oursTB = ours("ours/token_bucket", "ours", core.TokenBucket)
+	oursAP = ours("ours/token_bucket+autopipeline", "ours-ap", core.TokenBucket, core.WithAutoPipeline())
+	oursDC = ours("ours/token_bucket+denycache", "ours", core.TokenBucket, core.WithDenyCache(1<<17))
+	// oursAPDC is the configuration for abusive traffic at high concurrency.
+	oursAPDC = ours("ours/token_bucket+autopipeline+denycache", "ours-apdc", core.TokenBucket,
+		core.WithAutoPipeline(), core.WithDenyCache(1<<17))
 	oursAll = []impl{
 		oursTB,
 		ours("ours/sliding_window", "ours", core.SlidingWindow),

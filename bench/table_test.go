@@ -64,22 +64,25 @@ func TestTable(t *testing.T) {
 	// better of the two), the peers, and go-redis alone for allocations.
 	w("### Decisions: ours vs redis_rate v10 vs ulule/limiter v3\n\n")
 	w("Ours is the token bucket, plain (`plain`) or with `WithAutoPipeline` (`ap`), whichever did more here; every decision asks Redis (no deny cache). ")
+	w("The last two columns add `WithDenyCache` to the auto-pipelined client: denied keys are then answered locally until their RetryAfter ends. ")
 	w("allocs/op is the whole process per decision; `core` is that minus go-redis alone running the same script (`goredis_evalsha`).\n\n")
-	w("| scenario | ours | ours ops/s | p50 µs | p99 µs | allocs/op (core) | redis_rate ops/s | ulule ops/s | ours/redis_rate | ours/ulule |\n")
-	w("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	w("| scenario | ours | ours ops/s | p50 µs | p99 µs | allocs/op (core) | redis_rate ops/s | ulule ops/s | ours/redis_rate | ours/ulule | ap+deny cache ops/s | ÷ redis_rate |\n")
+	w("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range matrix {
 		plain := cell(t, oursTB, s, d)
 		ap := cell(t, oursAP, s, d)
 		rr := cell(t, redisRate, s, d)
 		ul := cell(t, ulule, s, d)
 		base := cell(t, goredis, s, d)
+		dc := cell(t, oursAPDC, s, d)
 		best, name := &plain, "plain"
 		if ap.opsPerSec() > plain.opsPerSec() {
 			best, name = &ap, "ap"
 		}
-		w("| %s | %s | %.0f | %.0f | %.0f | %.1f (%+.1f) | %.0f | %.0f | %.2f | %.2f |\n",
+		w("| %s | %s | %.0f | %.0f | %.0f | %.1f (%+.1f) | %.0f | %.0f | %.2f | %.2f | %.0f | %.2f |\n",
 			s, name, best.opsPerSec(), best.p(0.5), best.p(0.99), best.allocsPerOp(), best.allocsPerOp()-base.allocsPerOp(),
-			rr.opsPerSec(), ul.opsPerSec(), best.opsPerSec()/rr.opsPerSec(), best.opsPerSec()/ul.opsPerSec())
+			rr.opsPerSec(), ul.opsPerSec(), best.opsPerSec()/rr.opsPerSec(), best.opsPerSec()/ul.opsPerSec(),
+			dc.opsPerSec(), dc.opsPerSec()/rr.opsPerSec())
 		t.Logf("%s: plain %.0f/s (%.1f allocs), ap %.0f/s (%.1f allocs, %.0f round trips/1k), redis_rate %.0f/s (%.1f allocs), ulule %.0f/s (%.1f allocs), goredis %.0f/s (%.1f allocs)",
 			s, plain.opsPerSec(), plain.allocsPerOp(), ap.opsPerSec(), ap.allocsPerOp(), ap.tripsPer1k(),
 			rr.opsPerSec(), rr.allocsPerOp(), ul.opsPerSec(), ul.allocsPerOp(), base.opsPerSec(), base.allocsPerOp())
