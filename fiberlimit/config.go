@@ -50,11 +50,12 @@ type Config struct {
 	Key core.KeyFunc
 
 	// KeyGenerator chooses the key of a request from the *fiber.Ctx (the
-	// user from c.Locals, say); it takes precedence over Key. An error or an
-	// empty key means the request cannot be keyed: Fail applies.
+	// user from c.Locals, say), in the shape of Fiber's own limiter; it takes
+	// precedence over Key. An empty key means the request cannot be keyed
+	// (core.ErrEmptyKey): Fail applies.
 	//
 	// Optional. Default: nil
-	KeyGenerator func(c *fiber.Ctx) (string, error)
+	KeyGenerator func(c *fiber.Ctx) string
 
 	// Cost says how many units a request costs. A cost below 1 or above the
 	// Limit's capacity is answered 503 (it could never pass).
@@ -152,7 +153,7 @@ func (c Config) policy() core.Policy {
 		Observer: c.Observer, ClientIP: c.ClientIP,
 	}
 	if f := c.KeyGenerator; f != nil {
-		p.Key = func(r core.Request) (string, error) { return f(r.(request).c) }
+		p.Key = func(r core.Request) (string, error) { return f(r.(request).c), nil }
 	}
 	if f := c.LimitFunc; f != nil {
 		p.LimitFunc = func(r core.Request) (core.Limit, bool) { return f(r.(request).c) }
