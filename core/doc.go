@@ -21,8 +21,13 @@
 //
 // SlidingWindow admits at most Rate in any window of length Period,
 // exactly: it logs each admitted unit in a sorted set, so its memory grows
-// with Rate (about 50 bytes a unit). Pick it when the bound must be exact
-// and Rate is modest.
+// with Rate (about 20 bytes a unit up to 128 units, about 118 beyond).
+// One member per unit, rather than one weighted member per request as
+// Redisson keeps, makes counting the window a ZCOUNT and finding the exact
+// wait for n units a rank lookup, both O(log N), where weights would need a
+// sum over the whole window on every call; the price is n members for a
+// request of cost n. Pick it when the bound must be exact and Rate is
+// modest.
 //
 // SlidingWindowCounter approximates SlidingWindow in constant memory: the
 // count of the current fixed window plus the previous window's count
