@@ -355,8 +355,10 @@ func (p *Policy) Decide(r Request) Decision {
 	ctx := r.Context()
 	start := time.Now()
 	key, err := p.Key(r)
+	limiterFailed := false // as opposed to the key function
 	if err == nil {
 		err = p.decide(ctx, &d, key, cost)
+		limiterFailed = err != nil
 	}
 	d.now = time.Now()
 	switch {
@@ -386,7 +388,7 @@ func (p *Policy) Decide(r Request) Decision {
 	if p.Observer != nil {
 		p.Observer.Observe(Event{Policy: p.Name, Algorithm: d.Limit.Algorithm, Outcome: d.Outcome,
 			Latency: d.now.Sub(start), Err: d.Err, Result: d.Result,
-			RedisFault: d.Err != nil && redisFault(ctx, d.Err)})
+			RedisFault: limiterFailed && redisFault(ctx, err)})
 	}
 	return d
 }

@@ -485,3 +485,53 @@ func TestPolicyKeyFirst(t *testing.T) {
 		t.Errorf("unkeyable request: %v, Proceed %v, reported %v; want failed open and reported", d.Outcome, d.Proceed(), reported)
 	}
 }
+
+// polEvents records what an Observer is told.
+type polEvents struct{ events []Event }
+
+func (o *polEvents) Observe(e Event) { o.events = append(o.events, e) }
+
+// TestPolicyRedisFault: only a Limiter that could not reach Redis is a
+// Redis fault; a request the key function cannot key, or a cost that can
+// never pass, is not, so metrics of Redis errors stay true.
+func TestPolicyRedisFault(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	var obs polEvents
+	p := polNew(t, Policy{Limiter: New(rdb, WithPrefix(opsPrefix(t)), opsPatient), Limit: PerSecond(5),
+		Key: KeyByHeader("X-API-Key", nil), Observer: &obs,
+		Cost: func(r Request) int {
+			if r.Header("X-Cost") != "" {
+				return 100
+			}
+			return 1
+		}})
+	withKey := polFrom("192.0.2.1")
+	withKey.header.Set("X-API-Key", "k")
+	huge := polFrom("192.0.2.1")
+	huge.header.Set("X-API-Key", "k")
+	huge.header.Set("X-Cost", "yes")
+
+	p.Decide(withKey)
+	p.Decide(polFrom("192.0.2.1")) // no key
+	p.Decide(huge)                 // cost above capacity
+	mr.Close()
+	p.Decide(withKey) // Redis gone
+	tests := []struct {
+		name    string
+		outcome Outcome
+		fault   bool
+	}{
+		{"allowed", OutcomeAllowed, false},
+		{"unkeyable", OutcomeFailedOpen, false},
+		{"cost above capacity", OutcomeFailedClosed, false},
+		{"redis gone", OutcomeFailedOpen, true},
+	}
+	if len(obs.events) != len(tests) {
+		t.Fatalf("observed %d events, want %d", len(obs.events), len(tests))
+	}
+	for i, tt := range tests {
+		if got := obs.events[i]; got.Outcome != tt.outcome || got.RedisFault != tt.fault {
+			t.Errorf("%s: Outcome %v RedisFault %v (err %v), want %v %v", tt.name, got.Outcome, got.RedisFault, got.Err, tt.outcome, tt.fault)
+		}
+	}
+}
