@@ -202,14 +202,15 @@ type Policy struct {
 	Headers HeaderStyle
 	// Fail is what happens when the Limiter fails. Default: FailOpen.
 	Fail FailPolicy
-	// DryRun decides, counts and sends headers but never denies nor delays:
-	// for rolling a limit out safely. Denials still reach Observer.
+	// DryRun decides, counts and sends headers but never denies nor delays,
+	// not even when failing closed: for rolling a limit out safely. Denials
+	// still reach Observer.
 	DryRun bool
 	// MaxWait caps how long a LeakyBucket request is held before it
 	// proceeds; one that would wait longer is denied without using capacity.
 	// It only ever lowers a Limit's own MaxDelay. Default (0): the Limit's
-	// MaxDelay, or its Period when that is 0 too, so no request is held
-	// longer than one period unless asked.
+	// MaxDelay, or when that is 0 too the time a full queue takes to drain
+	// (Burst × Period / Rate: Period when Burst is Rate).
 	MaxWait time.Duration
 	// OnError, if set, is told of every failure (Redis, timeout, key).
 	OnError func(Request, error)
@@ -355,6 +356,10 @@ func (p *Policy) Decide(r Request) Decision {
 	ctx := r.Context()
 	start := time.Now()
 	key, err := p.Key(r)
+	if err == nil && key == "" {
+		// Never one shared bucket for every request that has no key.
+		err = ErrEmptyKey
+	}
 	limiterFailed := false // as opposed to the key function
 	if err == nil {
 		err = p.decide(ctx, &d, key, cost)
@@ -400,8 +405,9 @@ func (p *Policy) capWait(l Limit) Limit {
 		return l
 	}
 	limit := p.MaxWait
-	if limit == 0 && l.MaxDelay == 0 {
-		limit = l.Period
+	if limit == 0 && l.MaxDelay == 0 && l.Rate > 0 {
+		// The time a full queue takes to drain: Period when Burst == Rate.
+		limit = time.Duration(float64(l.Period) * float64(l.Capacity()) / float64(l.Rate))
 	}
 	if limit > 0 && (l.MaxDelay == 0 || limit < l.MaxDelay) {
 		l.MaxDelay = limit
@@ -425,10 +431,14 @@ func (p *Policy) decide(ctx context.Context, d *Decision, key string, cost int) 
 	if err != nil || !d.Result.Allowed || p.Global == nil {
 		return err
 	}
-	d.global, err = p.Limiter.AllowN(ctx, p.globalKey(), *p.Global, cost)
+	d.global, err = p.Limiter.AllowN(ctx, p.globalKey(), p.capWait(*p.Global), cost)
 	d.asked = err == nil
-	if d.asked && !d.global.Allowed {
+	switch {
+	case d.asked && !d.global.Allowed:
 		d.Result = d.global
+	case d.asked:
+		// A request leaves when both the key and the ceiling let it.
+		d.Result.Delay = max(d.Result.Delay, d.global.Delay)
 	}
 	return err
 }
@@ -469,7 +479,7 @@ func (d *Decision) Proceed() bool {
 	switch d.Outcome {
 	case OutcomeAllowed, OutcomeFailedOpen:
 		return true
-	case OutcomeDenied:
+	case OutcomeDenied, OutcomeFailedClosed:
 		return d.policy.DryRun
 	}
 	return false

@@ -229,6 +229,12 @@ func (l *Limiter) del(ctx context.Context, keys []string) error {
 	_, err := l.do(ctx, func(ctx context.Context) (any, error) {
 		return nil, l.rdb.Del(ctx, keys...).Err()
 	})
+	// A denial that was in flight during the DEL may have cached itself.
+	for _, k := range keys {
+		if l.denied != nil {
+			l.denied.forget(k)
+		}
+	}
 	return err
 }
 
@@ -331,7 +337,10 @@ func (l *Limiter) eval(ctx context.Context, s *redis.Script, key string, args []
 		return v, l.wrap(ctx, err)
 	}
 	return l.detached(ctx, func(ctx context.Context) (any, error) {
-		defer keySlices.Put(keys)
+		defer func() {
+			keys[0] = ""
+			keySlices.Put(keys)
+		}()
 		return s.Run(ctx, l.run, keys[:], args...).Result()
 	})
 }

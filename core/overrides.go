@@ -21,7 +21,8 @@ import (
 // Each instance caches what it read (found, not found, or unreadable) for
 // MaxAge, so an override costs at most one extra round trip per name per
 // MaxAge, not per request, even while Redis is down; each read is bounded by
-// DefaultTimeout. An Overrides is safe for concurrent use.
+// DefaultTimeout when the client honours context deadlines
+// (ContextTimeoutEnabled). An Overrides is safe for concurrent use.
 type Overrides struct {
 	rdb     redis.UniversalClient
 	prefix  string
@@ -99,17 +100,20 @@ func (o *Overrides) Get(ctx context.Context, name string) (limit Limit, found bo
 	if ok && now.Sub(c.fetched) < o.maxAge {
 		return c.limit, c.found, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
+	rctx, cancel := context.WithTimeout(ctx, DefaultTimeout)
 	defer cancel()
-	v, err := o.rdb.Get(ctx, o.key(name)).Result()
+	v, err := o.rdb.Get(rctx, o.key(name)).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
 		o.remember(name, Limit{}, false, now)
 		return Limit{}, false, nil
 	case err != nil:
-		// Keep enforcing what was last known (or the default), and do not
-		// ask again before MaxAge: an outage must not cost a read a request.
-		o.remember(name, c.limit, c.found, now)
+		// Keep enforcing what was last known (or the default), and while
+		// Redis fails do not ask again before MaxAge: an outage must not
+		// cost a read a request. A caller that gave up proves nothing.
+		if redisFault(ctx, err) {
+			o.remember(name, c.limit, c.found, now)
+		}
 		return c.limit, c.found, fmt.Errorf("core: overrides: %w", err)
 	}
 	limit, err = decodeLimit(v)

@@ -535,3 +535,59 @@ func TestPolicyRedisFault(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyEmptyKey: a key function that finds nothing must not put every
+// such request into one shared bucket.
+func TestPolicyEmptyKey(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	p := polNew(t, Policy{Limiter: New(rdb, WithPrefix(opsPrefix(t)), opsPatient), Limit: PerSecond(1),
+		Key: func(Request) (string, error) { return "", nil }})
+	for _, ip := range []string{"192.0.2.1", "192.0.2.2"} {
+		d := p.Decide(polFrom(ip))
+		if d.Outcome != OutcomeFailedOpen || !errors.Is(d.Err, ErrEmptyKey) {
+			t.Errorf("%s: Outcome %v, err %v; want failed_open with ErrEmptyKey", ip, d.Outcome, d.Err)
+		}
+	}
+	if keys := mr.Keys(); len(keys) != 0 {
+		t.Errorf("empty keys wrote %q to Redis, want nothing", keys)
+	}
+}
+
+// TestPolicyDryRunNeverBlocks: a dry run serves the request even when it
+// would fail closed.
+func TestPolicyDryRunNeverBlocks(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	p := polNew(t, Policy{Limiter: New(rdb, WithPrefix(opsPrefix(t)), opsPatient), Limit: PerSecond(1),
+		Fail: FailClosed, DryRun: true})
+	mr.Close()
+	d := p.Decide(polFrom("192.0.2.1"))
+	if d.Outcome != OutcomeFailedClosed || !d.Proceed() || d.Status() != 0 {
+		t.Errorf("Outcome %v, Proceed %v, Status %d; want failed_closed that still proceeds", d.Outcome, d.Proceed(), d.Status())
+	}
+}
+
+// TestPolicyLeakyDefaultWait: without MaxWait or MaxDelay, a leaky bucket
+// may hold a request as long as a full queue takes to drain, so all of
+// Burst is usable, and no longer.
+func TestPolicyLeakyDefaultWait(t *testing.T) {
+	p := &Policy{}
+	tests := []struct {
+		name  string
+		limit Limit
+		want  time.Duration
+	}{
+		{"burst = rate", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second}, time.Second},
+		{"burst 5x rate", Limit{Algorithm: LeakyBucket, Rate: 2, Period: time.Second, Burst: 10}, 5 * time.Second},
+		{"own MaxDelay kept", Limit{Algorithm: LeakyBucket, Rate: 2, Period: time.Second, MaxDelay: time.Second}, time.Second},
+		{"not leaky", Limit{Rate: 2, Period: time.Second}, 0},
+	}
+	for _, tt := range tests {
+		if got := p.capWait(tt.limit).MaxDelay; got != tt.want {
+			t.Errorf("%s: MaxDelay %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	p.MaxWait = 2 * time.Second
+	if got := p.capWait(tests[1].limit).MaxDelay; got != 2*time.Second {
+		t.Errorf("MaxWait 2s: MaxDelay %v, want 2s", got)
+	}
+}
