@@ -89,7 +89,8 @@ type Config struct {
 	// MaxWait caps how long a core.LeakyBucket request is held before it
 	// proceeds; one that would wait longer is denied.
 	//
-	// Optional. Default: 0 (the Limit's own MaxDelay)
+	// Optional. Default: 0 (see core.Policy.MaxWait: the Limit's MaxDelay,
+	// else the time a full queue takes to drain)
 	MaxWait time.Duration
 
 	// ClientIP finds the client IP of the default key: set TrustedProxies

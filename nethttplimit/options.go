@@ -81,7 +81,8 @@ func WithDryRun(dryRun bool) Option {
 // WithMaxWait caps how long a core.LeakyBucket request is held before it
 // proceeds; one that would wait longer is denied. The wait ends early, with
 // no response worth sending, when the request's context ends.
-// Default (0): the Limit's own MaxDelay.
+// Default (0): see core.Policy.MaxWait (the Limit's MaxDelay, else the
+// time a full queue takes to drain).
 func WithMaxWait(d time.Duration) Option {
 	return func(c *config) { c.policy.MaxWait = d }
 }
