@@ -286,7 +286,7 @@ func TestSpoofedForwardedForFromUntrustedPeer(t *testing.T) {
 
 // TestInvalidCosts: negative, zero and huge costs are refused with
 // ErrInvalidCost, write nothing, and a Policy never serves such a request,
-// even when it fails open.
+// even when it fails open, unless it is a dry run.
 func TestInvalidCosts(t *testing.T) {
 	s := startServer(t)
 	admin := s.admin(t)
@@ -310,8 +310,11 @@ func TestInvalidCosts(t *testing.T) {
 				pol := newPolicy(t, core.Policy{Limiter: lim, Limit: limit, Fail: fail, DryRun: dry,
 					Cost: func(core.Request) int { return n }})
 				d := pol.Decide(request{remote: "192.0.2.1:1"})
-				if d.Proceed() || !errors.Is(d.Err, core.ErrInvalidCost) {
-					t.Errorf("fail %v, dry run %v, cost %d: Proceed() = %v, outcome %v, err %v; want a refusal with core.ErrInvalidCost",
+				// A dry run enforces nothing, by design: it reports the
+				// refusal (outcome and error) but serves the request, so a
+				// buggy cost function cannot break traffic during a rollout.
+				if d.Proceed() != dry || d.Outcome != core.OutcomeFailedClosed || !errors.Is(d.Err, core.ErrInvalidCost) {
+					t.Errorf("fail %v, dry run %v, cost %d: Proceed() = %v, outcome %v, err %v; want failed_closed with core.ErrInvalidCost, served only in a dry run",
 						fail, dry, n, d.Proceed(), d.Outcome, d.Err)
 				}
 			}
