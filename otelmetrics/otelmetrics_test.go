@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/redistest"
+	"github.com/redlimit/redlimit/internal/metricstest"
 	"github.com/redlimit/redlimit/otelmetrics"
 )
 
@@ -210,23 +210,8 @@ func TestDefaultBuckets(t *testing.T) {
 	t.Fatal("no histogram collected")
 }
 
-// request is a core.Request for one client.
-type request struct{ ctx context.Context }
-
-func (r request) Context() context.Context  { return r.ctx }
-func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
-func (r request) Header(name string) string { return "" }
-func (r request) Method() string            { return "GET" }
-func (r request) Route() string             { return "/" }
-
 func TestPolicyOnMiniredis(t *testing.T) {
-	mr, rdb := redistest.Mini(t)
 	o, reader := newObserver(t)
-	p, err := core.NewPolicy(core.Policy{Name: "api", Limiter: core.New(rdb), Limit: core.PerSecond(2), Observer: o})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := request{t.Context()}
 	const (
 		allowed  = `redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`
 		denied   = `redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`
@@ -234,32 +219,8 @@ func TestPolicyOnMiniredis(t *testing.T) {
 		errs     = `redlimit.redis.errors{policy="api"}`
 		duration = `redlimit.decision.duration{algorithm="token_bucket",policy="api"}`
 	)
-	steps := []struct {
-		name    string
-		before  func()
-		outcome core.Outcome
-		want    map[string]float64
-	}{
-		{"first", nil, core.OutcomeAllowed, map[string]float64{allowed: 1, denied: 0, open: 0, errs: 0, duration: 1}},
-		{"second", nil, core.OutcomeAllowed, map[string]float64{allowed: 2, denied: 0, open: 0, errs: 0, duration: 2}},
-		{"third", nil, core.OutcomeDenied, map[string]float64{allowed: 2, denied: 1, open: 0, errs: 0, duration: 3}},
-		{"redis gone", mr.Close, core.OutcomeFailedOpen, map[string]float64{allowed: 2, denied: 1, open: 1, errs: 1, duration: 4}},
-	}
-	for _, s := range steps {
-		if s.before != nil {
-			s.before()
-		}
-		d := p.Decide(r)
-		if d.Outcome != s.outcome {
-			t.Fatalf("%s: Outcome = %v (err %v), want %v", s.name, d.Outcome, d.Err, s.outcome)
-		}
-		got := collect(t, reader)
-		for k, w := range s.want {
-			if g := got[k]; g != w {
-				t.Errorf("%s: %s = %v, want %v", s.name, k, g, w)
-			}
-		}
-	}
+	metricstest.PolicyRun(t, o, metricstest.Series{Allowed: allowed, Denied: denied, FailedOpen: open, RedisErrors: errs, Duration: duration},
+		func(t *testing.T) map[string]float64 { return collect(t, reader) })
 }
 
 // TestObserveAllocs pins that Observe itself allocates nothing once warm

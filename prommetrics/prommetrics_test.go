@@ -1,10 +1,8 @@
 package prommetrics_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -15,7 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/redistest"
+	"github.com/redlimit/redlimit/internal/metricstest"
 	"github.com/redlimit/redlimit/prommetrics"
 )
 
@@ -195,23 +193,8 @@ func TestNoKeyLabelAndLint(t *testing.T) {
 	}
 }
 
-// request is a core.Request for one client.
-type request struct{ ctx context.Context }
-
-func (r request) Context() context.Context  { return r.ctx }
-func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
-func (r request) Header(name string) string { return "" }
-func (r request) Method() string            { return "GET" }
-func (r request) Route() string             { return "/" }
-
 func TestPolicyOnMiniredis(t *testing.T) {
-	mr, rdb := redistest.Mini(t)
 	c := prommetrics.New()
-	p, err := core.NewPolicy(core.Policy{Name: "api", Limiter: core.New(rdb), Limit: core.PerSecond(2), Observer: c})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := request{t.Context()}
 	const (
 		allowed  = `redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`
 		denied   = `redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`
@@ -219,64 +202,8 @@ func TestPolicyOnMiniredis(t *testing.T) {
 		errs     = `redlimit_redis_errors_total{policy="api"}`
 		duration = `redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`
 	)
-	steps := []struct {
-		name    string
-		before  func()
-		outcome core.Outcome
-		want    map[string]float64
-	}{
-		{"first", nil, core.OutcomeAllowed, map[string]float64{allowed: 1, denied: 0, open: 0, errs: 0, duration: 1}},
-		{"second", nil, core.OutcomeAllowed, map[string]float64{allowed: 2, denied: 0, open: 0, errs: 0, duration: 2}},
-		{"third", nil, core.OutcomeDenied, map[string]float64{allowed: 2, denied: 1, open: 0, errs: 0, duration: 3}},
-		{"redis gone", mr.Close, core.OutcomeFailedOpen, map[string]float64{allowed: 2, denied: 1, open: 1, errs: 1, duration: 4}},
-	}
-	for _, s := range steps {
-		if s.before != nil {
-			s.before()
-		}
-		d := p.Decide(r)
-		if d.Outcome != s.outcome {
-			t.Fatalf("%s: Outcome = %v (err %v), want %v", s.name, d.Outcome, d.Err, s.outcome)
-		}
-		got := gather(t, c)
-		for k, w := range s.want {
-			if g := got[k]; g != w {
-				t.Errorf("%s: %s = %v, want %v", s.name, k, g, w)
-			}
-		}
-	}
-}
-
-// TestDependencies keeps the metrics libraries out of core, and each metrics
-// package out of the other, so users pay only for what they import.
-func TestDependencies(t *testing.T) {
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH to run go list -deps")
-	}
-	tests := []struct {
-		pkg       string
-		forbidden []string
-	}{
-		{"github.com/redlimit/redlimit/core", []string{"github.com/prometheus/", "go.opentelemetry.io/"}},
-		{"github.com/redlimit/redlimit/prommetrics", []string{"go.opentelemetry.io/"}},
-		{"github.com/redlimit/redlimit/otelmetrics", []string{"github.com/prometheus/"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.pkg, func(t *testing.T) {
-			out, err := exec.Command(gobin, "list", "-deps", tt.pkg).CombinedOutput()
-			if err != nil {
-				t.Fatalf("go list -deps %s: %v\n%s", tt.pkg, err, out)
-			}
-			for dep := range strings.FieldsSeq(string(out)) {
-				for _, f := range tt.forbidden {
-					if strings.HasPrefix(dep, f) {
-						t.Errorf("%s imports %s", tt.pkg, dep)
-					}
-				}
-			}
-		})
-	}
+	metricstest.PolicyRun(t, c, metricstest.Series{Allowed: allowed, Denied: denied, FailedOpen: open, RedisErrors: errs, Duration: duration},
+		func(t *testing.T) map[string]float64 { return gather(t, c) })
 }
 
 // TestObserveAllocs pins that Observe allocates nothing once its children

@@ -1,0 +1,67 @@
+// Package metricstest drives a real core.Policy for the tests of the metrics
+// packages, so each checks its exporter against the same decisions.
+package metricstest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// Series names the series PolicyRun checks, in the exporter's own notation
+// (each with the labels policy="api", algorithm="token_bucket" and, for
+// decisions, outcome).
+type Series struct {
+	Allowed, Denied, FailedOpen, RedisErrors, Duration string
+}
+
+// PolicyRun decides four requests with a Policy named "api" of 2 per second
+// on miniredis, Redis closed before the last, and after each checks the
+// series that read returns: two allowed, one denied, one failed open with
+// one Redis error, and one duration sample per decision.
+func PolicyRun(t *testing.T, obs core.Observer, s Series, read func(t *testing.T) map[string]float64) {
+	t.Helper()
+	mr, rdb := redistest.Mini(t)
+	p, err := core.NewPolicy(core.Policy{Name: "api", Limiter: core.New(rdb), Limit: core.PerSecond(2), Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := request{t.Context()}
+	steps := []struct {
+		name    string
+		before  func()
+		outcome core.Outcome
+		want    map[string]float64
+	}{
+		{"first", nil, core.OutcomeAllowed, map[string]float64{s.Allowed: 1, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 1}},
+		{"second", nil, core.OutcomeAllowed, map[string]float64{s.Allowed: 2, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 2}},
+		{"third", nil, core.OutcomeDenied, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 3}},
+		{"redis gone", mr.Close, core.OutcomeFailedOpen, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 1, s.RedisErrors: 1, s.Duration: 4}},
+	}
+	for _, st := range steps {
+		if st.before != nil {
+			st.before()
+		}
+		d := p.Decide(r)
+		if d.Outcome != st.outcome {
+			t.Fatalf("%s: Outcome = %v (err %v), want %v", st.name, d.Outcome, d.Err, st.outcome)
+		}
+		got := read(t)
+		for k, w := range st.want {
+			if g := got[k]; g != w {
+				t.Errorf("%s: %s = %v, want %v", st.name, k, g, w)
+			}
+		}
+	}
+}
+
+// request is a core.Request from one client.
+type request struct{ ctx context.Context }
+
+func (r request) Context() context.Context  { return r.ctx }
+func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
+func (r request) Header(name string) string { return "" }
+func (r request) Method() string            { return "GET" }
+func (r request) Route() string             { return "/" }
