@@ -180,7 +180,12 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if pttl <= 0 || pttl > r.ResetAfter+time.Millisecond || pttl < r.ResetAfter-elapsed-time.Second {
+				// The script reads TIME once, and PEXPIRE reads Redis' clock
+				// again: a Redis process preempted in between (two cores, a
+				// six-node Cluster, -race) sets a TTL a few ms longer than
+				// ResetAfter (CI once saw 3.6 ms). That is harmless; a TTL off
+				// by a whole window is not, and fails here.
+				if pttl <= 0 || pttl > r.ResetAfter+100*time.Millisecond || pttl < r.ResetAfter-elapsed-time.Second {
 					t.Errorf("PTTL %v, want about ResetAfter %v", pttl, r.ResetAfter)
 				}
 				if err := l.Reset(ctx, key, lim); err != nil {
