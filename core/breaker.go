@@ -35,11 +35,18 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 }
 
 // WithLogger logs Redis becoming unavailable, the circuit opening, and Redis
-// answering again: once per change of state, never per request.
-// Default: no logging.
+// answering again: once per change of state, never per request, and a
+// failure at most once per 10 s when failures and successes alternate (a
+// Cluster with one master down). Default: no logging.
 func WithLogger(log *slog.Logger) Option {
 	return func(l *Limiter) { l.breaker.log = log }
 }
+
+// failLogEvery is the least time between two "redis call failed" records.
+// A Cluster with one dead master fails only the calls for that master's
+// slots, so failure and success alternate per request; without a bound the
+// log would follow them.
+const failLogEvery = 10 * time.Second
 
 // breaker tracks Redis health for one Limiter.
 type breaker struct {
@@ -47,6 +54,9 @@ type breaker struct {
 	cooldown time.Duration
 	span     time.Duration // the least time a streak must cover to open
 	log      *slog.Logger
+	// onFault runs after each Redis failure: a Cluster client reloads its
+	// slot map there (see New).
+	onFault func()
 
 	// healthy is true while the last call succeeded and the circuit is
 	// closed: the common case then costs one atomic load, not a lock.
@@ -58,6 +68,8 @@ type breaker struct {
 	since     time.Time // when the streak began
 	openUntil time.Time // zero when closed
 	probing   bool      // a probe is in flight while open
+	warned    bool      // a failure was logged and no recovery since
+	warnedAt  time.Time // when a failure was last logged
 }
 
 // allow reports whether a call may go to Redis now. While the circuit is
@@ -93,24 +105,29 @@ func (b *breaker) record(ctx context.Context, err error, now time.Time) {
 		return
 	}
 	if err == nil {
-		if b.failing && b.log != nil {
+		if b.warned && b.log != nil {
 			b.log.Info("redlimit: redis answers again; exact limiting resumed")
 		}
-		b.failing, b.streak, b.openUntil = false, 0, time.Time{}
+		b.failing, b.streak, b.openUntil, b.warned = false, 0, time.Time{}, false
 		return
+	}
+	if b.onFault != nil {
+		b.onFault()
 	}
 	if b.streak == 0 {
 		b.since = now
 	}
 	b.streak++
-	if !b.failing && b.log != nil {
+	if !b.warned && b.log != nil && (b.warnedAt.IsZero() || now.Sub(b.warnedAt) >= failLogEvery) {
 		b.log.Warn("redlimit: redis call failed", "err", err)
+		b.warned, b.warnedAt = true, now
 	}
 	b.failing = true
 	if b.failures > 0 && b.streak >= b.failures && now.Sub(b.since) >= b.span {
 		if b.openUntil.IsZero() && b.log != nil {
 			b.log.Warn("redlimit: circuit open: not calling redis during cool-down",
 				"failures", b.streak, "cooldown", b.cooldown)
+			b.warned = true // so that the recovery is logged too
 		}
 		b.openUntil = now.Add(b.cooldown)
 	}

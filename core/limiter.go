@@ -133,6 +133,14 @@ func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
 		l.rdb = nil // every call returns ErrNoClient
 		return l
 	}
+	if c, ok := rdb.(interface{ ReloadState(context.Context) }); ok {
+		// A Cluster client learns of a new master only from a MOVED reply
+		// or its periodic reload (every minute by default), and a master
+		// that died sends no MOVED: without this, its slots would fail for
+		// up to a minute after a replica took over. ReloadState is
+		// asynchronous and runs at most once per 200 ms.
+		l.breaker.onFault = func() { c.ReloadState(context.Background()) }
+	}
 	l.run = rdb
 	l.detach = !honoursDeadlines(rdb)
 	if l.autoPipeline {
