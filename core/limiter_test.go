@@ -336,6 +336,51 @@ func TestLimitChange(t *testing.T) {
 	}
 }
 
+// TestLimitChangeToSlowerKeepsState: a denial writes no state, so a key
+// whose Limit became slower kept the TTL of the faster one, and its expiry
+// handed out a fresh quota long before RetryAfter. The denial now extends
+// the TTL to what the new Limit needs.
+func TestLimitChangeToSlowerKeepsState(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		old, new Limit
+		n        int // the cost of the denied requests
+	}{
+		{PerSecond(5), Limit{Rate: 5, Period: 10 * time.Second}, 1},
+		{PerSecond(10), Limit{Rate: 1, Period: time.Second, Burst: 10}, 2},
+		{PerSecond(5).With(LeakyBucket), Limit{Algorithm: LeakyBucket, Rate: 5, Period: 10 * time.Second}, 1},
+		{PerSecond(5).With(FixedWindow), Limit{Algorithm: FixedWindow, Rate: 5, Period: 10 * time.Second}, 1},
+		{PerSecond(5).With(SlidingWindow), Limit{Algorithm: SlidingWindow, Rate: 5, Period: 10 * time.Second}, 1},
+		{PerSecond(5).With(SlidingWindowCounter), Limit{Algorithm: SlidingWindowCounter, Rate: 5, Period: 10 * time.Second}, 1},
+	} {
+		t.Run(fmt.Sprintf("%s/%d per %v to %d per %v", tt.old.Algorithm, tt.old.Rate, tt.old.Period, tt.new.Rate, tt.new.Period), func(t *testing.T) {
+			mr, rdb, l := miniLimiter(t)
+			mr.SetTime(redistest.Epoch)
+			if r, err := l.AllowN(ctx, "k", tt.old, tt.old.Rate); err != nil || !r.Allowed {
+				t.Fatalf("AllowN(%d) under %+v = %+v, %v", tt.old.Rate, tt.old, r, err)
+			}
+			oldTTL := mr.TTL(redisKey(l.prefix, "k", tt.old.Algorithm))
+			r, err := l.AllowN(ctx, "k", tt.new, tt.n)
+			if err != nil || r.Allowed {
+				t.Fatalf("AllowN(%d) under the new %+v = %+v, %v; want denied", tt.n, tt.new, r, err)
+			}
+			wait := r.RetryAfter.Truncate(time.Millisecond) - time.Millisecond
+			if wait <= oldTTL {
+				t.Fatalf("RetryAfter %v is within the old TTL %v: the case proves nothing", r.RetryAfter, oldTTL)
+			}
+			// Time passes on the clock and for the TTLs alike.
+			mr.SetTime(redistest.Epoch.Add(wait))
+			mr.FastForward(wait)
+			if pttl, err := rdb.PTTL(ctx, redisKey(l.prefix, "k", tt.new.Algorithm)).Result(); err != nil || pttl <= 0 {
+				t.Errorf("%v later, after the old TTL %v: PTTL %v, %v; want the state kept", wait, oldTTL, pttl, err)
+			}
+			if r, err := l.AllowN(ctx, "k", tt.new, tt.n); err != nil || r.Allowed {
+				t.Errorf("%v later, before RetryAfter: AllowN(%d) = %+v, %v; want denied, not a fresh quota", wait, tt.n, r, err)
+			}
+		})
+	}
+}
+
 // TestClockStepBack: a Redis clock that steps back (a failover to a replica
 // whose clock is behind) does not hand out a fresh quota, and RetryAfter
 // still says how long, by the new clock, until the request passes.

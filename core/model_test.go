@@ -64,6 +64,7 @@ type refResult struct {
 	allowed                        bool
 	remaining, retry, reset, delay int64
 	ttl                            int64 // PEXPIRE set by the decision, ms; 0 = no write
+	keep                           int64 // a denial's least TTL, ms: PEXPIRE if PTTL is less
 }
 
 func (r refResult) result(capacity int64) Result {
@@ -141,11 +142,15 @@ func (m *refModel) decide(clock, n int64, peek bool) refResult {
 	a := m.alg
 	now := a.effective(clock)
 	if !m.admits(a, clock, n) {
-		return refResult{
+		r := refResult{
 			remaining: a.remaining(now),
 			retry:     firstTrue(clock, func(c int64) bool { return m.admits(a, c, n) }),
 			reset:     firstTrue(clock, func(c int64) bool { return m.whole(a, c) }),
 		}
+		if !peek && r.reset > 0 {
+			r.keep = ceilDiv(r.reset, 1000)
+		}
+		return r
 	}
 	r := refResult{allowed: true, delay: m.delayAt(a, clock)}
 	if !peek {
@@ -398,7 +403,7 @@ func TestModelSelfCheck(t *testing.T) {
 	type call struct {
 		at   int64 // µs after Epoch
 		n    int64
-		want refResult // ttl not compared
+		want refResult // ttl and keep not compared
 	}
 	tests := []struct {
 		name  string
@@ -442,7 +447,7 @@ func TestModelSelfCheck(t *testing.T) {
 			m := newRefModel(tt.lim)
 			for i, c := range tt.calls {
 				got := m.decide(e+c.at, c.n, false)
-				got.ttl = 0
+				got.ttl, got.keep = 0, 0
 				if got != c.want {
 					t.Fatalf("call %d (at %+dµs, n=%d): got %+v, want %+v", i, c.at, c.n, got, c.want)
 				}
@@ -610,6 +615,9 @@ func (h *harness) step(dt, n int64, peek bool) refResult {
 	}
 	if w.ttl > 0 {
 		h.ttl = w.ttl * 1000
+	}
+	if h.ttl > 0 && h.ttl/1000 < w.keep { // PTTL < keep: PEXPIRE keep
+		h.ttl = w.keep * 1000
 	}
 	checkInvariants(h.t, h.lim, got, n, func(format string, args ...any) { h.fatalf(format, args...) })
 	h.checkTTL()

@@ -79,5 +79,10 @@ local remaining = math.max(0, idiv(math.max(0, budget - prev * weight - count * 
 if allowed and not peek then
   redis.call('HSET', key, 's', start, 'c', count, 'p', prev)
   redis.call('PEXPIRE', key, math.max(1, math.ceil((start + 2 * period - clock) / 1000)))
+elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) then
+  -- A denial writes no state, but the Limit may have changed since the TTL
+  -- was set (a longer period, a lower rate): keep the state as long as it
+  -- matters now, or its expiry would hand out a fresh quota.
+  redis.call('PEXPIRE', key, math.ceil(reset / 1000))
 end
 return {allowed and 1 or 0, remaining, retry, reset, 0}
