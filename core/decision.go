@@ -174,8 +174,13 @@ type Policy struct {
 	// Limit applies to every request, unless LimitFunc chooses another.
 	// Required, even with LimitFunc: it is the fallback.
 	Limit Limit
-	// LimitFunc, if set, chooses the Limit per request (per route, per
-	// tenant); its second result false means "use Limit".
+	// LimitFunc, if set, chooses the Limit per request (a tenant's tier, an
+	// override); its second result false means "use Limit". The state
+	// belongs to the key, not to the Limit: requests of one key under
+	// different Limits share it, as after a change of Limit, so a generous
+	// Limit refills what a strict one spent. For routes with limits of
+	// their own, put the route in the key (Request.Route), or mount one
+	// middleware per route, each with its own Name.
 	LimitFunc func(Request) (Limit, bool)
 	// Layers are further limits on the same key, decided atomically with
 	// Limit in one round trip (e.g. Limit 10 per second, Layers 1000 per

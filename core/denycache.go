@@ -12,9 +12,9 @@ import (
 //
 // It never denies what Redis would admit: the remembered wait is counted
 // from before the request was sent, it applies only to the same Limit and to
-// costs at least as large, and Reset forgets it. A Reset done by another
-// instance is not seen: the key stays denied here until its RetryAfter ends,
-// as it would have been without the Reset. At most maxKeys keys are
+// costs at least as large, and Reset, or a call for the key under another
+// Limit, forgets it. A Reset or another Limit used by another instance is not
+// seen: the key stays denied here until its RetryAfter ends. At most maxKeys keys are
 // remembered. Default: off.
 func WithDenyCache(maxKeys int) Option {
 	return func(l *Limiter) {
@@ -42,8 +42,15 @@ type denial struct {
 func (c *denyCache) get(key string, limit Limit, n int, now time.Time) (Result, bool) {
 	c.mu.Lock()
 	d, ok := c.m[key]
+	if ok && d.limit != limit {
+		// This call goes to Redis under another Limit, which may refill the
+		// key's one state (see Policy.LimitFunc): the denial may no longer
+		// hold when the old Limit comes back.
+		delete(c.m, key)
+		ok = false
+	}
 	c.mu.Unlock()
-	if !ok || d.limit != limit || n < d.n || !now.Before(d.until) {
+	if !ok || n < d.n || !now.Before(d.until) {
 		return Result{}, false
 	}
 	// Redis measured its waits somewhere between sending and receiving:

@@ -131,6 +131,29 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 	}
 }
 
+// TestDenyCacheForgetsAcrossLimits: one key keeps one state whatever its
+// Limit, so a call under a generous Limit can refill what a strict one
+// spent; a denial cached under the strict Limit must not outlive that call.
+func TestDenyCacheForgetsAcrossLimits(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	mr.SetTime(redistest.Epoch)
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
+	strict := Limit{Rate: 2, Period: time.Hour}
+	generous := Limit{Rate: 10, Period: time.Second, Burst: 2}
+	opsMustAllowN(t, l, "k", strict, 2)
+	opsMustDenyN(t, l, "k", strict, 1) // cached for half an hour
+	mr.SetTime(redistest.Epoch.Add(time.Second))
+	opsMustAllowN(t, l, "k", generous, 1) // refilled at 10/s: 1 token left
+	want, err := New(rdb, WithPrefix(opsPrefix(t)), opsPatient).Peek(ctx, "k", strict)
+	if err != nil || !want.Allowed {
+		t.Fatalf("Redis' own answer under the strict Limit: %+v, %v; want admitted", want, err)
+	}
+	if r, err := l.Allow(ctx, "k", strict); err != nil || !r.Allowed || r.Cached {
+		t.Errorf("under the strict Limit again: %+v, %v; want admitted by Redis, as Redis would", r, err)
+	}
+}
+
 // opsMustAllowN and opsMustDenyN make one decision that must go the given
 // way, from Redis.
 func opsMustAllowN(t *testing.T, l *Limiter, key string, limit Limit, n int) {

@@ -23,8 +23,9 @@ type Config struct {
 	// Required unless LimitFunc is set.
 	Limit core.Limit
 
-	// LimitFunc chooses the Limit per request (per route, per tenant); when
-	// its second result is false Limit applies.
+	// LimitFunc chooses the Limit per request (a tenant's tier, say); when
+	// its second result is false Limit applies. One key keeps one state
+	// whatever its Limit: for per-route limits see core.Policy.LimitFunc.
 	// Optional. Default: nil, Limit for all.
 	LimitFunc func(c echo.Context) (core.Limit, bool)
 

@@ -25,8 +25,9 @@ type Config struct {
 	// Optional. Default: core.PerSecond(10)
 	Limit core.Limit
 
-	// LimitFunc chooses the Limit per request (per route, per tenant); when
-	// its second result is false Limit applies.
+	// LimitFunc chooses the Limit per request (a tenant's tier, say); when
+	// its second result is false Limit applies. One key keeps one state
+	// whatever its Limit: for per-route limits see core.Policy.LimitFunc.
 	//
 	// Optional. Default: nil
 	LimitFunc func(c *fiber.Ctx) (core.Limit, bool)

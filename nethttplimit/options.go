@@ -38,8 +38,10 @@ func WithKeyFunc(f func(*http.Request) (string, error)) Option {
 	return WithKey(func(r core.Request) (string, error) { return f(r.(request).r) })
 }
 
-// WithLimitFunc chooses the Limit per request (per route, per tenant); when
-// its second result is false the Limit given to New applies.
+// WithLimitFunc chooses the Limit per request (a tenant's tier, say); when
+// its second result is false the Limit given to New applies. One key keeps
+// one state whatever its Limit: for per-route limits see
+// core.Policy.LimitFunc.
 func WithLimitFunc(f func(*http.Request) (core.Limit, bool)) Option {
 	return func(c *config) {
 		c.policy.LimitFunc = func(r core.Request) (core.Limit, bool) { return f(r.(request).r) }
