@@ -66,8 +66,9 @@ type Limit struct {
 	// Rate is how many requests (units of cost) Period allows. Must be > 0.
 	Rate int
 	// Period is the length of the window, or the time the buckets take to
-	// refill (drain) Rate units. Must be >= 1µs; it is used with microsecond
-	// precision.
+	// refill (drain) Rate units. Must be >= 1µs; it is used in whole
+	// microseconds, rounded up, so the Limit enforced is never looser than
+	// the one given.
 	Period time.Duration
 	// Burst is the capacity of TokenBucket and the queue length of
 	// LeakyBucket, in units of cost. Ignored by the window algorithms.
@@ -150,6 +151,9 @@ func (l Limit) params() (params, error) {
 		return params{}, fmt.Errorf("%w: MaxDelay must be >= 0, got %v", ErrInvalidLimit, l.MaxDelay)
 	}
 	period := l.Period.Microseconds()
+	if l.Period%time.Microsecond != 0 {
+		period++
+	}
 	capacity := int64(l.Capacity())
 	p := params{period: period, rate: int64(l.Rate), capacity: capacity, maxDelay: l.MaxDelay.Microseconds()}
 	if l.hasBurst() {

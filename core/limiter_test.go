@@ -336,6 +336,23 @@ func TestLimitChange(t *testing.T) {
 	}
 }
 
+// TestPeriodRoundsUpToMicroseconds: the scripts count whole µs, and a
+// Period between two of them is rounded up, never down to a looser Limit.
+func TestPeriodRoundsUpToMicroseconds(t *testing.T) {
+	mr, _, l := miniLimiter(t)
+	mr.SetTime(redistest.Epoch)
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
+		lim := Limit{Algorithm: a, Rate: 1, Period: 1999 * time.Nanosecond}
+		if _, err := l.Allow(context.Background(), "k", lim); err != nil {
+			t.Fatal(err)
+		}
+		r, err := l.Allow(context.Background(), "k", lim)
+		if err != nil || r.Allowed || r.RetryAfter < 2*µs {
+			t.Errorf("%s, 1 per 1999ns, at once: %+v, %v; want denied for at least 2µs", a, r, err)
+		}
+	}
+}
+
 // TestLimitChangeToSlowerKeepsState: a denial writes no state, so a key
 // whose Limit became slower kept the TTL of the faster one, and its expiry
 // handed out a fresh quota long before RetryAfter. The denial now extends
