@@ -276,6 +276,10 @@ func (s *server) get(path string, header ...string) response {
 var xHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
 var ietfHeaders = []string{"RateLimit-Policy", "RateLimit"}
 
+// denyCacheHit matches a Prometheus line of at least one deny cache hit: the
+// examples answer a client denied again before its Retry-After locally.
+var denyCacheHit = regexp.MustCompile(`(?m)^redlimit_deny_cache_hits_total\{[^}]*\} [1-9]`)
+
 // wantAllowed checks a 200 "ok" from the limited route with the
 // X-RateLimit headers: Limit limit, Remaining remaining, Reset in epoch
 // seconds from now to now+maxReset.
@@ -446,7 +450,9 @@ var scenarios = []struct {
 		s := start(t, fw, []string{"METRICS=true"}, "-limit", "1", "-period", "1m")
 		s.get("/")
 		wantDenied(t, s.get("/"), 60)
-		for range 5 { // never limited
+		wantDenied(t, s.get("/"), 60) // from the deny cache
+		// GET /metrics is never limited.
+		for range 5 {
 			r := s.get("/metrics")
 			if r.status != http.StatusOK {
 				t.Fatalf("GET /metrics: %d, want 200", r.status)
@@ -455,6 +461,9 @@ var scenarios = []struct {
 				if !strings.Contains(r.body, want) {
 					t.Fatalf("GET /metrics lacks %s:\n%s", want, r.body)
 				}
+			}
+			if !denyCacheHit.MatchString(r.body) {
+				t.Fatalf("GET /metrics: no deny cache hit after a repeated denial:\n%s", r.body)
 			}
 		}
 		s.stop()

@@ -17,6 +17,9 @@ import (
 // 5 s of SIGINT or SIGTERM as the contract says.
 const ShutdownTimeout = 3 * time.Second
 
+// denyCacheKeys bounds the deny cache: the clients remembered as denied.
+const denyCacheKeys = 10000
+
 // App is what an example server needs to wire its framework: the Limiter
 // and the middleware's settings, ready to pass to an adapter.
 type App struct {
@@ -73,7 +76,12 @@ func Setup(ctx context.Context, name string, args []string, getenv func(string) 
 	}
 	a.close = closeRedis
 	// The Limiter logs Redis failing and answering again, once per change.
-	a.Limiter = core.New(rdb, core.WithTimeout(cfg.Timeout), core.WithLogger(log))
+	// The deny cache answers a client that keeps knocking after a denial
+	// without asking Redis until its Retry-After has passed: it keeps a
+	// flood off Redis, and off the embedded miniredis most of all, which
+	// runs a few thousand scripts per second.
+	a.Limiter = core.New(rdb, core.WithTimeout(cfg.Timeout), core.WithLogger(log),
+		core.WithDenyCache(denyCacheKeys))
 	ping(ctx, log, rdb, where, cfg.Timeout)
 	log.Info("limiting GET /",
 		"algorithm", a.Limit.Algorithm.String(), "limit", a.Limit.Rate, "period", a.Limit.Period,
