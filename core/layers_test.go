@@ -414,6 +414,36 @@ func TestAllowLayersTTL(t *testing.T) {
 	}
 }
 
+// TestAllowLayersLimitChangeToSlowerKeepsState: as with one Limit (see
+// TestLimitChangeToSlowerKeepsState), a layer whose Limit became slower
+// keeps its state through denials, instead of expiring on its old TTL and
+// handing out a fresh quota.
+func TestAllowLayersLimitChangeToSlowerKeepsState(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	mr.SetTime(redistest.Epoch)
+	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
+	hourly := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Hour}
+	before := []Limit{PerSecond(5), hourly}
+	after := []Limit{{Rate: 5, Period: 10 * time.Second}, hourly}
+	if rs, err := l.AllowLayers(ctx, "k", before, 5); err != nil || !Strictest(rs).Allowed {
+		t.Fatalf("AllowLayers(5) = %+v, %v", rs, err)
+	}
+	rs, err := l.AllowLayers(ctx, "k", after, 1)
+	if err != nil || Strictest(rs).Allowed {
+		t.Fatalf("AllowLayers(1) under the slower first layer = %+v, %v; want denied", rs, err)
+	}
+	wait := Strictest(rs).RetryAfter - time.Millisecond
+	if old := time.Second; wait <= old {
+		t.Fatalf("RetryAfter %v is within the old TTL %v: the case proves nothing", wait, old)
+	}
+	mr.SetTime(redistest.Epoch.Add(wait))
+	mr.FastForward(wait)
+	if rs, err := l.AllowLayers(ctx, "k", after, 1); err != nil || Strictest(rs).Allowed {
+		t.Errorf("%v later, before RetryAfter: %+v, %v; want denied, not a fresh quota", wait, rs, err)
+	}
+}
+
 // TestAllowLayersConcurrentNeverOverAdmits hammers two layers (20 per 2s
 // token bucket, 30 per hour sliding window) from 64 goroutines over 4
 // clients on a real Redis for about 1.5s, and checks that neither layer

@@ -34,6 +34,14 @@ if out[1] == 1 then
     layer.args[layer.peekpos] = '0'
     replies[l] = algs[layer.alg]({KEYS[l]}, layer.args)
   end
+else
+  -- Nothing is consumed, but as in the algorithms' own denials, each
+  -- layer's state lives as long as it matters under its Limit, which may
+  -- have changed since its TTL was set.
+  for l = 1, #layers do
+    local ttl = math.ceil(replies[l][4] / 1000)
+    if ttl > 0 and redis.call('PTTL', KEYS[l]) < ttl then redis.call('PEXPIRE', KEYS[l], ttl) end
+  end
 end
 for l = 1, #layers do
   for j = 1, 5 do out[#out + 1] = replies[l][j] end
