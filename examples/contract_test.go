@@ -253,7 +253,13 @@ type response struct {
 // get requests path with the given header name/value pairs.
 func (s *server) get(path string, header ...string) response {
 	s.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, "http://"+s.addr+path, nil)
+	return s.do(http.MethodGet, path, header...)
+}
+
+// do sends a request with method to path and reads the whole response.
+func (s *server) do(method, path string, header ...string) response {
+	s.t.Helper()
+	req, err := http.NewRequest(method, "http://"+s.addr+path, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -263,12 +269,12 @@ func (s *server) get(path string, header ...string) response {
 	begin := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
-		s.t.Fatalf("GET %s: %v", path, err)
+		s.t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		s.t.Fatalf("GET %s: reading body: %v", path, err)
+		s.t.Fatalf("%s %s: reading body: %v", method, path, err)
 	}
 	return response{resp.StatusCode, resp.Header, string(body), time.Since(begin)}
 }
@@ -444,6 +450,18 @@ var scenarios = []struct {
 		r = s.get("/")
 		wantDenied(t, r, 10) // Retry-After stays
 		wantNoHeaders(t, r, append(xHeaders, ietfHeaders...)...)
+		s.stop()
+	}},
+	{"HEAD / is limited like GET /", func(t *testing.T, fw string) {
+		// net/http and Fiber route HEAD with GET; Gin and Echo are told to.
+		s := start(t, fw, nil, "-limit", "1", "-period", "1m")
+		if r := s.do(http.MethodHead, "/"); r.status != http.StatusOK || r.header.Get("X-RateLimit-Remaining") != "0" {
+			t.Errorf("HEAD /: %d, X-RateLimit-Remaining %q; want 200, 0", r.status, r.header.Get("X-RateLimit-Remaining"))
+		}
+		if r := s.do(http.MethodHead, "/"); r.status != http.StatusTooManyRequests || r.header.Get("Retry-After") == "" {
+			t.Errorf("HEAD / again: %d, Retry-After %q; want 429 with Retry-After", r.status, r.header.Get("Retry-After"))
+		}
+		wantDenied(t, s.get("/"), 60) // one limit for both
 		s.stop()
 	}},
 	{"metrics", func(t *testing.T, fw string) {

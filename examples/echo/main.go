@@ -39,8 +39,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Observer: app.Observer,
 	})
 
-	e.GET("/", func(c echo.Context) error { return c.String(http.StatusOK, "ok") }, limit)
-	e.GET("/healthz", func(c echo.Context) error { return c.String(http.StatusOK, "ok") })
+	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
+	// Echo, unlike net/http and Fiber, routes HEAD apart from GET.
+	e.Match([]string{http.MethodGet, http.MethodHead}, "/", ok, limit)
+	e.Match([]string{http.MethodGet, http.MethodHead}, "/healthz", ok)
 	if app.Metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(app.Metrics))
 	}

@@ -42,8 +42,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		ginlimit.WithObserver(app.Observer),
 	)
 
-	r.GET("/", limit, func(c *gin.Context) { c.String(http.StatusOK, "ok") })
-	r.GET("/healthz", func(c *gin.Context) { c.String(http.StatusOK, "ok") })
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	// Gin, unlike net/http and Fiber, routes HEAD apart from GET.
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/", limit, ok)
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/healthz", ok)
 	if app.Metrics != nil {
 		r.GET("/metrics", gin.WrapH(app.Metrics))
 	}

@@ -124,8 +124,8 @@ func (a *App) NewHTTPServer(h http.Handler) *http.Server {
 	}
 }
 
-// Serve listens on -addr, logs "listening on <addr>" with the bound address
-// once connections are accepted, and serves with srv until ctx ends (SIGINT
+// Serve listens on -addr, logs "listening on <addr>" once connections are
+// accepted, and serves with srv until ctx ends (SIGINT
 // or SIGTERM in main); then it shuts srv down gracefully, within
 // ShutdownTimeout, and returns nil.
 func (a *App) Serve(ctx context.Context, srv Server) error {
@@ -136,7 +136,7 @@ func (a *App) Serve(ctx context.Context, srv Server) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	// The listener accepts (into its backlog) from here on.
-	a.Log.Info("listening on " + ln.Addr().String())
+	a.Log.Info("listening on "+shownAddr(a.Config.Addr, ln.Addr()), "bound", ln.Addr().String())
 	select {
 	case err := <-errc:
 		_ = ln.Close()
@@ -159,4 +159,14 @@ func (a *App) Serve(ctx context.Context, srv Server) error {
 	}
 	a.Log.Info("stopped")
 	return nil
+}
+
+// shownAddr is the address for the "listening on" line: -addr as given (the
+// contract's <addr>: ":8080", not "[::]:8080"), unless it left the port to
+// the system (port 0), which only the bound address tells.
+func shownAddr(addr string, bound net.Addr) string {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port != "0" && port != "" {
+		return addr
+	}
+	return bound.String()
 }
