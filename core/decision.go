@@ -510,11 +510,11 @@ func (d *Decision) Status() int {
 // least 1, so a client that obeys it never comes back too early; 1 when the
 // Limiter failed closed; 0 when the request proceeds or was canceled.
 func (d *Decision) RetryAfter() int64 {
+	if d.Proceed() {
+		return 0
+	}
 	switch d.Outcome {
 	case OutcomeDenied:
-		if d.Proceed() {
-			return 0
-		}
 		return max(1, ceilSeconds(d.Result.RetryAfter))
 	case OutcomeFailedClosed:
 		return 1

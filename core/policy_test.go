@@ -564,6 +564,14 @@ func TestPolicyDryRunNeverBlocks(t *testing.T) {
 	if d.Outcome != OutcomeFailedClosed || !d.Proceed() || d.Status() != 0 {
 		t.Errorf("Outcome %v, Proceed %v, Status %d; want failed_closed that still proceeds", d.Outcome, d.Proceed(), d.Status())
 	}
+	// A served request carries no Retry-After: it would tell the client to
+	// wait for an answer it already has.
+	d.WriteHeaders(func(name, value string) {
+		t.Errorf("a dry run that proceeds wrote %s: %s", name, value)
+	})
+	if s := d.RetryAfter(); s != 0 {
+		t.Errorf("RetryAfter() = %d, want 0 for a request that proceeds", s)
+	}
 }
 
 // TestPolicyLeakyDefaultWait: without MaxWait or MaxDelay, a leaky bucket
