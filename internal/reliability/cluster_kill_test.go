@@ -128,8 +128,9 @@ func TestClusterMasterKilled(t *testing.T) {
 	t.Logf("decisions on %q succeed again %v after the promotion", doomed, time.Since(promoted).Round(time.Millisecond))
 	tr.halt()
 
-	// One warning for the outage (a breaker cool-down while the whole
-	// Cluster said CLUSTERDOWN may add a circuit record and its recovery).
+	// One warning for the outage (the circuit opening while the whole
+	// Cluster said CLUSTERDOWN adds its record and a recovery; per request
+	// there would be hundreds).
 	got := logs.records()
 	failed := 0
 	for _, r := range got {
@@ -138,7 +139,7 @@ func TestClusterMasterKilled(t *testing.T) {
 		}
 	}
 	t.Logf("log records:\n%s", strings.Join(got, "\n"))
-	if failed != 1 || len(got) > 5 {
+	if failed != 1 || len(got) > 8 {
 		t.Errorf("%d log records, %d of them 'redis call failed', over %d calls: want the failure once, not per request",
 			len(got), failed, tr.calls())
 	}
