@@ -156,6 +156,9 @@ func (l Limit) params() (params, error) {
 	}
 	capacity := int64(l.Capacity())
 	p := params{period: period, rate: int64(l.Rate), capacity: capacity, maxDelay: l.MaxDelay.Microseconds()}
+	if p.maxDelay == 0 && l.MaxDelay > 0 {
+		p.maxDelay = 1 // a bound under 1µs, not "no bound" (0)
+	}
 	if l.hasBurst() {
 		g := gcd(period, p.rate)
 		p.period, p.rate = period/g, p.rate/g

@@ -353,6 +353,45 @@ func TestPeriodRoundsUpToMicroseconds(t *testing.T) {
 	}
 }
 
+// TestDenialUnderSameLimitWritesNothing: the TTL a denial may lengthen is
+// compared in whole ms, so the rounding of PTTL alone never makes a denial
+// write (a write would reach replicas and the AOF, flood after flood).
+func TestDenialUnderSameLimitWritesNothing(t *testing.T) {
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
+		mr, _, l := miniLimiter(t)
+		lim := PerSecond(5).With(a)
+		mr.SetTime(redistest.Epoch.Add(500 * µs))
+		if r, err := l.AllowN(context.Background(), "k", lim, 5); err != nil || !r.Allowed {
+			t.Fatalf("%s: AllowN(5) = %+v, %v", a, r, err)
+		}
+		key := redisKey(l.prefix, "k", a)
+		step := 100*time.Millisecond + 500*µs
+		mr.SetTime(redistest.Epoch.Add(500*µs + step))
+		mr.FastForward(step)
+		before := mr.TTL(key)
+		if r, err := l.Allow(context.Background(), "k", lim); err != nil || r.Allowed {
+			t.Fatalf("%s: Allow = %+v, %v; want denied", a, r, err)
+		}
+		if after := mr.TTL(key); after != before {
+			t.Errorf("%s: a denial under the same Limit moved the TTL from %v to %v", a, before, after)
+		}
+	}
+}
+
+// TestSubMicrosecondMaxDelayStillBounds: MaxDelay 0 means no bound, so a
+// bound under a microsecond must not truncate to it.
+func TestSubMicrosecondMaxDelayStillBounds(t *testing.T) {
+	mr, _, l := miniLimiter(t)
+	mr.SetTime(redistest.Epoch)
+	lim := Limit{Algorithm: LeakyBucket, Rate: 1, Period: time.Second, Burst: 5, MaxDelay: 500 * time.Nanosecond}
+	if r, err := l.Allow(context.Background(), "k", lim); err != nil || !r.Allowed {
+		t.Fatalf("first request: %+v, %v", r, err)
+	}
+	if r, err := l.Allow(context.Background(), "k", lim); err != nil || r.Allowed {
+		t.Errorf("second request, which would wait 1s: %+v, %v; want denied by MaxDelay 500ns", r, err)
+	}
+}
+
 // TestLimitChangeToSlowerKeepsState: a denial writes no state, so a key
 // whose Limit became slower kept the TTL of the faster one, and its expiry
 // handed out a fresh quota long before RetryAfter. The denial now extends

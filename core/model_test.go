@@ -616,7 +616,7 @@ func (h *harness) step(dt, n int64, peek bool) refResult {
 	if w.ttl > 0 {
 		h.ttl = w.ttl * 1000
 	}
-	if h.ttl > 0 && h.ttl/1000 < w.keep { // PTTL < keep: PEXPIRE keep
+	if h.ttl > 0 && h.ttl/1000 < w.keep-1 { // PTTL < keep - 1: PEXPIRE keep
 		h.ttl = w.keep * 1000
 	}
 	checkInvariants(h.t, h.lim, got, n, func(format string, args ...any) { h.fatalf(format, args...) })

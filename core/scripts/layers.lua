@@ -40,7 +40,7 @@ else
   -- have changed since its TTL was set.
   for l = 1, #layers do
     local ttl = math.ceil(replies[l][4] / 1000)
-    if ttl > 0 and redis.call('PTTL', KEYS[l]) < ttl then redis.call('PEXPIRE', KEYS[l], ttl) end
+    if ttl > 0 and redis.call('PTTL', KEYS[l]) < ttl - 1 then redis.call('PEXPIRE', KEYS[l], ttl) end
   end
 end
 for l = 1, #layers do

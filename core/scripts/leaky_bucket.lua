@@ -71,10 +71,11 @@ if reset > 0 then reset = reset + skew end
 if allowed and not peek then
   redis.call('HSET', key, 'l', queued, 't', now, 's', period)
   redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
-elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) then
+elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) - 1 then
   -- A denial writes no state, but the Limit may have changed since the TTL
   -- was set (a longer period, a lower rate): keep the state as long as it
-  -- matters now, or its expiry would hand out a fresh quota.
+  -- matters now, or its expiry would hand out a fresh quota. (PTTL is
+  -- rounded down to the ms: a TTL 1 ms short is rounding, not a change.)
   redis.call('PEXPIRE', key, math.ceil(reset / 1000))
 end
 if not allowed then delay = 0 end

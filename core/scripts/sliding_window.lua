@@ -72,10 +72,11 @@ end
 
 local reset = 0
 if last and count > 0 then reset = last + period - clock end
-if not allowed and not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) then
+if not allowed and not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) - 1 then
   -- A denial writes no state, but the Limit may have changed since the TTL
   -- was set (a longer period): keep the log as long as it matters now, or
-  -- its expiry would hand out a fresh quota.
+  -- its expiry would hand out a fresh quota. (PTTL is rounded down to the
+  -- ms: a TTL 1 ms short is rounding, not a change.)
   redis.call('PEXPIRE', key, math.ceil(reset / 1000))
 end
 return {allowed and 1 or 0, math.max(0, rate - count), retry, reset, 0}

@@ -79,10 +79,11 @@ local remaining = math.max(0, idiv(math.max(0, budget - prev * weight - count * 
 if allowed and not peek then
   redis.call('HSET', key, 's', start, 'c', count, 'p', prev)
   redis.call('PEXPIRE', key, math.max(1, math.ceil((start + 2 * period - clock) / 1000)))
-elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) then
+elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) - 1 then
   -- A denial writes no state, but the Limit may have changed since the TTL
   -- was set (a longer period, a lower rate): keep the state as long as it
-  -- matters now, or its expiry would hand out a fresh quota.
+  -- matters now, or its expiry would hand out a fresh quota. (PTTL is
+  -- rounded down to the ms: a TTL 1 ms short is rounding, not a change.)
   redis.call('PEXPIRE', key, math.ceil(reset / 1000))
 end
 return {allowed and 1 or 0, remaining, retry, reset, 0}
