@@ -93,14 +93,20 @@ func (b *breaker) allow(now time.Time) bool {
 // record notes the outcome of a call that went to Redis. Failures of the
 // caller's own making (its context ended) say nothing about Redis.
 func (b *breaker) record(ctx context.Context, err error, now time.Time) {
-	if b.healthy.Load() && (err == nil || !redisFault(ctx, err)) {
+	fault := err != nil && redisFault(ctx, err)
+	if b.healthy.Load() && !fault {
 		return
+	}
+	if fault && b.onFault != nil {
+		// Deferred first, so it runs after the unlock: the hook is the
+		// client's, and may take time.
+		defer b.onFault()
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer func() { b.healthy.Store(!b.failing && b.openUntil.IsZero()) }()
 	b.probing = false
-	if err != nil && !redisFault(ctx, err) {
+	if err != nil && !fault {
 		// Neither a success nor a Redis failure: it says nothing either way.
 		return
 	}
@@ -110,9 +116,6 @@ func (b *breaker) record(ctx context.Context, err error, now time.Time) {
 		}
 		b.failing, b.streak, b.openUntil, b.warned = false, 0, time.Time{}, false
 		return
-	}
-	if b.onFault != nil {
-		b.onFault()
 	}
 	if b.streak == 0 {
 		b.since = now

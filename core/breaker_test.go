@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // records keeps "LEVEL message" for every log record.
@@ -125,4 +127,19 @@ func TestBreakerIgnoresCallerErrors(t *testing.T) {
 	b.record(ctx, context.Canceled, now)
 	b.record(context.Background(), ErrInvalidCost, now)
 	wantRecords(t, logs.take())
+}
+
+// A Cluster client learns of a promoted replica from the Limiter's failures
+// (see New); other clients have no slot map to reload.
+func TestNewReloadsClusterSlotsOnFaults(t *testing.T) {
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer cluster.Close()
+	if New(cluster).breaker.onFault == nil {
+		t.Error("New(*redis.ClusterClient): no slot-map reload on faults")
+	}
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer single.Close()
+	if New(single).breaker.onFault != nil {
+		t.Error("New(*redis.Client): a reload hook on a client without slots")
+	}
 }

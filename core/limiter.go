@@ -138,7 +138,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
 		// or its periodic reload (every minute by default), and a master
 		// that died sends no MOVED: without this, its slots would fail for
 		// up to a minute after a replica took over. ReloadState is
-		// asynchronous and runs at most once per 200 ms.
+		// asynchronous; go-redis runs one reload at a time, and waits
+		// 200 ms after one that succeeded.
 		l.breaker.onFault = func() { c.ReloadState(context.Background()) }
 	}
 	l.run = rdb
