@@ -13,9 +13,10 @@ import (
 // It never denies what Redis would admit: the remembered wait is counted
 // from before the request was sent, it applies only to the same Limit and to
 // costs at least as large, and Reset, or a call for the key under another
-// Limit, forgets it. A Reset or another Limit used by another instance is not
-// seen: the key stays denied here until its RetryAfter ends. At most maxKeys keys are
-// remembered. Default: off.
+// Limit, forgets it. A Reset or another Limit used by another instance is
+// not seen, nor a denial under one Limit whose reply arrives after a call
+// under another: the key stays denied here until its RetryAfter ends. At
+// most maxKeys keys are remembered. Default: off.
 func WithDenyCache(maxKeys int) Option {
 	return func(l *Limiter) {
 		if maxKeys > 0 {

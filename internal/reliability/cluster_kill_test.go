@@ -114,7 +114,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	// The bound: a few of go-redis' reloads (one per 200 ms at most) and
 	// gossip reaching the node that answers CLUSTER SLOTS. Without the
 	// reload this takes up to a minute.
-	const bound = 3 * time.Second
+	const bound = 5 * time.Second
 	var err error
 	for {
 		if _, err = lim.Allow(ctx, doomed, limit); err == nil {
@@ -139,7 +139,8 @@ func TestClusterMasterKilled(t *testing.T) {
 		}
 	}
 	t.Logf("log records:\n%s", strings.Join(got, "\n"))
-	if failed != 1 || len(got) > 8 {
+	// core logs a failure at most once per 10 s.
+	if maxFailed := 1 + int(time.Since(killed)/(10*time.Second)); failed < 1 || failed > maxFailed || len(got) > 8 {
 		t.Errorf("%d log records, %d of them 'redis call failed', over %d calls: want the failure once, not per request",
 			len(got), failed, tr.calls())
 	}

@@ -83,7 +83,7 @@ func Setup(ctx context.Context, name string, args []string, getenv func(string) 
 	a.Limiter = core.New(rdb, core.WithTimeout(cfg.Timeout), core.WithLogger(log),
 		core.WithDenyCache(denyCacheKeys))
 	ping(ctx, log, rdb, where, cfg.Timeout)
-	log.Info("limiting GET /",
+	log.Info("limiting / (GET, HEAD)",
 		"algorithm", a.Limit.Algorithm.String(), "limit", a.Limit.Rate, "period", a.Limit.Period,
 		"capacity", a.Limit.Capacity(), "key", cfg.Key, "fail", failName(cfg.Fail), "timeout", cfg.Timeout)
 	return a, nil
