@@ -1,7 +1,6 @@
 package prommetrics_test
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -53,26 +52,6 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	return got
 }
 
-// checkSamples reports every sample of want that c does not have, and every
-// sample c has that want does not name (with want value 0 allowed to be absent
-// or 0).
-func checkSamples(t *testing.T, c prometheus.Collector, want map[string]float64) {
-	t.Helper()
-	got := gather(t, c)
-	for k, w := range want {
-		if g := got[k]; g != w {
-			t.Errorf("%s = %v, want %v", k, g, w)
-		}
-	}
-	for k, g := range got {
-		if _, ok := want[k]; !ok && g != 0 && !strings.Contains(k, "_sum{") {
-			t.Errorf("unexpected sample %s = %v", k, g)
-		}
-	}
-}
-
-var errRedis = errors.New("core: redis: connection refused")
-
 func TestObserveSteps(t *testing.T) {
 	c := prommetrics.New()
 	steps := []struct {
@@ -104,7 +83,7 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:        3,
 				`redlimit_deny_cache_hits_total{policy="api"}`:                                     1,
 			}},
-		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: errRedis, RedisFault: true},
+		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis, RedisFault: true},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:             4,
@@ -119,7 +98,7 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_fallback_decisions_total{policy="api"}`:                                   1,
 			}},
 		{"other policy and algorithm, failed closed", core.Event{Policy: "login", Algorithm: core.SlidingWindow,
-			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: errRedis, RedisFault: true},
+			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis, RedisFault: true},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="sliding_window",policy="login"}`:               1,
@@ -146,7 +125,7 @@ func TestObserveSteps(t *testing.T) {
 		for k, v := range s.want {
 			want[k] = v
 		}
-		t.Run(s.name, func(t *testing.T) { checkSamples(t, c, want) })
+		t.Run(s.name, func(t *testing.T) { metricstest.Match(t, gather(t, c), want) })
 	}
 }
 
@@ -210,7 +189,7 @@ func TestPolicyOnMiniredis(t *testing.T) {
 // exist.
 func TestObserveAllocs(t *testing.T) {
 	c := prommetrics.New()
-	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: errRedis, RedisFault: true,
+	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: metricstest.ErrRedis, RedisFault: true,
 		Result: core.Result{Cached: true, Fallback: true}}
 	c.Observe(e)
 	if got := testing.AllocsPerRun(100, func() { c.Observe(e) }); got != 0 {
@@ -236,7 +215,7 @@ func BenchmarkObserveMixed(b *testing.B) {
 	events := []core.Event{
 		{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond},
 		{Policy: "api", Outcome: core.OutcomeDenied, Result: core.Result{Cached: true}},
-		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeFailedOpen, Err: errRedis, RedisFault: true},
+		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeFailedOpen, Err: metricstest.ErrRedis, RedisFault: true},
 		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeAllowed, Result: core.Result{Fallback: true}},
 	}
 	for _, e := range events {

@@ -4,6 +4,8 @@ package metricstest
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/redlimit/redlimit/core"
@@ -65,3 +67,23 @@ func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
 func (r request) Header(name string) string { return "" }
 func (r request) Method() string            { return "GET" }
 func (r request) Route() string             { return "/" }
+
+// ErrRedis is a Redis failure for events that report one.
+var ErrRedis = errors.New("core: redis: connection refused")
+
+// Match reports every series of want that got does not have at that value,
+// and every nonzero series got has that want does not name (histogram sums
+// aside: their values are checked only where want names them).
+func Match(t *testing.T, got, want map[string]float64) {
+	t.Helper()
+	for k, w := range want {
+		if g := got[k]; g != w {
+			t.Errorf("%s = %v, want %v", k, g, w)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok && g != 0 && !strings.Contains(k, "_sum{") {
+			t.Errorf("unexpected series %s = %v", k, g)
+		}
+	}
+}
