@@ -63,8 +63,7 @@ type breaker struct {
 	healthy atomic.Bool
 
 	mu        sync.Mutex
-	failing   bool      // the last call failed
-	streak    int       // consecutive failures
+	streak    int       // consecutive failures; > 0: the last call failed
 	since     time.Time // when the streak began
 	openUntil time.Time // zero when closed
 	probing   bool      // a probe is in flight while open
@@ -104,7 +103,7 @@ func (b *breaker) record(ctx context.Context, err error, now time.Time) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	defer func() { b.healthy.Store(!b.failing && b.openUntil.IsZero()) }()
+	defer func() { b.healthy.Store(b.streak == 0 && b.openUntil.IsZero()) }()
 	b.probing = false
 	if err != nil && !fault {
 		// Neither a success nor a Redis failure: it says nothing either way.
@@ -114,7 +113,7 @@ func (b *breaker) record(ctx context.Context, err error, now time.Time) {
 		if b.warned && b.log != nil {
 			b.log.Info("redlimit: redis answers again; exact limiting resumed")
 		}
-		b.failing, b.streak, b.openUntil, b.warned = false, 0, time.Time{}, false
+		b.streak, b.openUntil, b.warned = 0, time.Time{}, false
 		return
 	}
 	if b.streak == 0 {
@@ -125,7 +124,6 @@ func (b *breaker) record(ctx context.Context, err error, now time.Time) {
 		b.log.Warn("redlimit: redis call failed", "err", err)
 		b.warned, b.warnedAt = true, now
 	}
-	b.failing = true
 	if b.failures > 0 && b.streak >= b.failures && now.Sub(b.since) >= b.span {
 		if b.openUntil.IsZero() && b.log != nil {
 			b.log.Warn("redlimit: circuit open: not calling redis during cool-down",
