@@ -21,10 +21,10 @@ import (
 
 var benchLimits = []Limit{
 	PerSecond(100),
-	PerSecond(100).With(LeakyBucket),
-	PerSecond(100).With(FixedWindow),
-	PerSecond(100).With(SlidingWindow),
-	PerSecond(100).With(SlidingWindowCounter),
+	with(PerSecond(100), LeakyBucket),
+	with(PerSecond(100), FixedWindow),
+	with(PerSecond(100), SlidingWindow),
+	with(PerSecond(100), SlidingWindowCounter),
 }
 
 var benchKeys = func() [1024]string {
@@ -56,7 +56,7 @@ func BenchmarkAllow(b *testing.B) {
 			for _, lim := range benchLimits {
 				b.Run(lim.Algorithm.String(), func(b *testing.B) {
 					rdb, prefix := be.open(b)
-					l := New(rdb, WithPrefix(prefix), WithTimeout(time.Second))
+					l := opsNew(b, rdb, WithPrefix(prefix), WithTimeout(time.Second))
 					ctx := context.Background()
 					b.Run("serial", func(b *testing.B) {
 						b.ReportAllocs()

@@ -37,7 +37,8 @@ func (r *records) take() []string {
 }
 
 func newTestBreaker(logs *records) *breaker {
-	b := &breaker{failures: 5, cooldown: 500 * time.Millisecond, span: 100 * time.Millisecond, log: slog.New(logs)}
+	log := slog.New(logs)
+	b := &breaker{failures: 5, cooldown: 500 * time.Millisecond, span: 100 * time.Millisecond, log: func() *slog.Logger { return log }}
 	b.healthy.Store(true)
 	return b
 }
@@ -134,12 +135,54 @@ func TestBreakerIgnoresCallerErrors(t *testing.T) {
 func TestNewReloadsClusterSlotsOnFaults(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
 	defer cluster.Close()
-	if New(cluster).breaker.onFault == nil {
+	if opsNew(t, cluster).breaker.onFault == nil {
 		t.Error("New(*redis.ClusterClient): no slot-map reload on faults")
 	}
 	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer single.Close()
-	if New(single).breaker.onFault != nil {
+	if opsNew(t, single).breaker.onFault != nil {
 		t.Error("New(*redis.Client): a reload hook on a client without slots")
+	}
+}
+
+// TestDefaultLoggerReportsOutage: a Limiter pointed at a Redis that does
+// not answer says so through slog.Default() unless told otherwise, so that
+// failing open is never silent.
+func TestDefaultLoggerReportsOutage(t *testing.T) {
+	logs := &records{}
+	saved := slog.Default()
+	slog.SetDefault(slog.New(logs))
+	t.Cleanup(func() { slog.SetDefault(saved) })
+
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	l, err := New(rdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Allow(context.Background(), "k", PerSecond(1)); err == nil {
+		t.Fatal("Allow on a dead Redis: no error")
+	}
+	found := false
+	for _, r := range logs.take() {
+		found = found || strings.HasPrefix(r, "WARN redis call failed")
+	}
+	if !found {
+		t.Error("no \"redis call failed\" record through slog.Default()")
+	}
+
+	// WithLogger(nil) is the way out.
+	quiet, err := New(rdb, WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs.take()
+	if _, err := quiet.Allow(context.Background(), "k", PerSecond(1)); err == nil {
+		t.Fatal("Allow on a dead Redis: no error")
+	}
+	for _, r := range logs.take() {
+		if strings.HasPrefix(r, "WARN redis call failed") {
+			t.Errorf("WithLogger(nil) still logs: %s", r)
+		}
 	}
 }

@@ -5,30 +5,16 @@ import (
 	"time"
 )
 
-// WithDenyCache remembers, on this instance, each key that Redis denied,
-// until its RetryAfter has passed, and denies further requests for it
-// locally, with the same headers and without a round trip. Under abusive
-// traffic on a few keys this takes most of the load off Redis.
-//
-// It never denies what Redis would admit: the remembered wait is counted
-// from before the request was sent, it applies only to the same Limit and to
-// costs at least as large, and Reset, or a call for the key under another
-// Limit, forgets it. A Reset or another Limit used by another instance is
-// not seen, nor a denial under one Limit whose reply arrives after a call
-// under another: the key stays denied here until its RetryAfter ends. At
-// most maxKeys keys are remembered. Default: off.
-func WithDenyCache(maxKeys int) Option {
-	return func(l *Limiter) {
-		if maxKeys > 0 {
-			l.denied = &denyCache{max: maxKeys, m: make(map[string]denial)}
-		}
-	}
-}
-
+// denyCache remembers denials until their RetryAfter ends (see
+// WithDenyCache).
 type denyCache struct {
 	max int
 	mu  sync.Mutex
 	m   map[string]denial
+}
+
+func newDenyCache(maxKeys int) *denyCache {
+	return &denyCache{max: maxKeys, m: make(map[string]denial)}
 }
 
 type denial struct {
@@ -39,14 +25,15 @@ type denial struct {
 	res   Result
 }
 
-// get returns a cached denial of key for a request of cost n under limit.
+// get returns a cached denial of key for a request that needs n units
+// under limit.
 func (c *denyCache) get(key string, limit Limit, n int, now time.Time) (Result, bool) {
 	c.mu.Lock()
 	d, ok := c.m[key]
 	if ok && d.limit != limit {
 		// This call goes to Redis under another Limit, which may refill the
-		// key's one state (see Policy.LimitFunc): the denial may no longer
-		// hold when the old Limit comes back.
+		// key's one state (a key keeps one state whatever its Limit): the
+		// denial may no longer hold when the old Limit comes back.
 		delete(c.m, key)
 		ok = false
 	}

@@ -1,32 +1,32 @@
-// Package core is redlimit's framework-agnostic rate limiter: many
-// instances of a service share one limit per key through Redis, and every
-// decision is one atomic Lua script run inside Redis.
+// Package core is redlimit's rate-limiting engine: many instances of a
+// service share one limit per key through Redis, and every decision is an
+// atomic Lua script run inside Redis. It knows nothing of HTTP; the
+// httplimit package and the framework adapters build on it.
 //
 // # The algorithms
 //
-// A Limit is Rate requests per Period, enforced by one of five algorithms.
-// All of them take time from Redis (TIME, in microseconds), never from the
-// app servers, so instances with skewed clocks agree; none moves back in
-// time when Redis' clock does (after a failover, say), so no fresh burst is
-// handed out; each keeps one key per caller with a TTL just long enough for
-// its state to matter.
+// A Limit is Rate units per Period, enforced by one of five algorithms. A
+// unit is a request, or a share of its cost (AllowN). All of them take time
+// from Redis (TIME, in microseconds), never from the app servers, so
+// instances with skewed clocks agree; none moves back in time when Redis'
+// clock does (after a failover, say), so no fresh quota is handed out; each
+// keeps its state with a TTL just long enough for it to matter; and no call
+// does work that grows with the cost or the rate.
 //
 // TokenBucket (the default) is a bucket of capacity Burst (default Rate),
 // initially full, refilled continuously at Rate per Period: fractions of a
 // token count, so 3 per second means one token every 333.334ms, and 1 per
 // hour works as well as 100000 per second. A request of cost n takes n
 // tokens if there are n. Pick it for APIs: it allows short bursts and
-// enforces the average rate. It is the same arithmetic as x/time/rate's
-// Limiter, shared across processes.
+// enforces the average rate. It is the arithmetic of x/time/rate's Limiter,
+// shared across processes.
 //
-// SlidingWindow admits at most Rate in any window of length Period,
-// exactly: it logs each admitted unit in a sorted set, so its memory grows
-// with Rate (about 20 bytes a unit up to 128 units, about 118 beyond).
-// One member per unit, rather than one weighted member per request as
-// Redisson keeps, makes counting the window a ZCOUNT and finding the exact
-// wait for n units a rank lookup, both O(log N), where weights would need a
-// sum over the whole window on every call; the price is n members for a
-// request of cost n. Pick it when the bound must be exact and Rate is
+// SlidingWindow admits at most Rate units in any window of length Period,
+// exactly. It logs each admitted request as one entry weighted by its cost,
+// with a running total, so a call costs O(log N) in the N requests of the
+// window (plus the entries it trims), and memory grows with those requests
+// (about 40 bytes each up to 128, about 120 beyond), never with their cost.
+// Pick it when the bound must be exact and the requests per window are
 // modest.
 //
 // SlidingWindowCounter approximates SlidingWindow in constant memory: the
@@ -46,12 +46,17 @@
 // # Using it
 //
 // A Limiter is safe for concurrent use; make one per Redis client and share
-// it. Allow and AllowN decide and consume; Peek reports without consuming;
-// Reset forgets a key; Wait blocks until admitted; AllowLayers checks
-// several limits of one key atomically. A denial is a Result with Allowed
-// false, never an error: errors are for invalid arguments and Redis
-// failures. Policy turns decisions into HTTP answers for the adapters.
+// it. AllowN decides and takes; AllowAtMost takes what fits; Peek reports
+// without taking; Refund gives back; Reset forgets a key; Wait blocks until
+// admitted; AllowLayers checks several limits of one key atomically. A
+// denial is a Result with Allowed false, never an error: errors are for
+// invalid arguments and Redis failures. Concurrent decisions of one group
+// of keys share script calls (see WithBatching), each decided exactly as
+// it would be alone.
 //
 // Keys are untrusted input: they are escaped so a caller cannot choose the
 // Redis Cluster hash tag, long keys are hashed, and any bytes work.
+//
+// Redis should not evict the Limiter's keys: an evicted key is a fresh
+// quota. Ping and Health report a Redis that may (see Health.MayEvict).
 package core

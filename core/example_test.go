@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 
 // exampleRedis starts a miniredis whose clock stands still at a fixed
 // instant, so the examples print the same numbers on every run. In
-// production, rdb is a client for a real Redis or Redis Cluster.
+// production, rdb is a client for a real Redis or Redis Cluster, made with
+// ContextTimeoutEnabled.
 func exampleRedis() (*miniredis.Miniredis, *redis.Client) {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
@@ -28,19 +30,21 @@ func ExampleLimiter_Allow() {
 	defer mr.Close()
 	defer rdb.Close()
 
-	limiter := core.New(rdb, core.WithTimeout(time.Second))
-	res, err := limiter.Allow(context.Background(), "user:42", core.PerSecond(10))
+	limiter, err := core.New(rdb)
 	if err != nil {
-		fmt.Println("redis failed:", err)
-		return
+		panic(err)
 	}
-	fmt.Println("allowed:", res.Allowed)
-	fmt.Println("remaining:", res.Remaining, "of", res.Limit)
-	fmt.Println("full again in:", res.ResetAfter)
+	res, err := limiter.Allow(context.Background(), "user:42", core.PerSecond(10))
+	switch {
+	case err != nil:
+		fmt.Println("redis failed:", err) // fail open or closed: your call
+	case !res.Allowed:
+		fmt.Println("denied; retry in", res.RetryAfter)
+	default:
+		fmt.Println("allowed;", res.Remaining, "left; full again in", res.ResetAfter)
+	}
 	// Output:
-	// allowed: true
-	// remaining: 9 of 10
-	// full again in: 100ms
+	// allowed; 9 left; full again in 100ms
 }
 
 func ExampleLimiter_AllowN_denied() {
@@ -48,7 +52,7 @@ func ExampleLimiter_AllowN_denied() {
 	defer mr.Close()
 	defer rdb.Close()
 
-	limiter := core.New(rdb, core.WithTimeout(time.Second))
+	limiter, _ := core.New(rdb)
 	ctx := context.Background()
 	limit := core.PerMinute(3)
 	if _, err := limiter.AllowN(ctx, "user:42", limit, 3); err != nil {
@@ -67,12 +71,40 @@ func ExampleLimiter_AllowN_denied() {
 	// retry after: 20s
 }
 
+// A batch worker takes what the limit lets it, and gives back what it did
+// not use.
+func ExampleLimiter_AllowAtMost() {
+	mr, rdb := exampleRedis()
+	defer mr.Close()
+	defer rdb.Close()
+
+	limiter, _ := core.New(rdb)
+	ctx := context.Background()
+	limit := core.PerMinute(100)
+	res, err := limiter.AllowAtMost(ctx, "export-job", limit, 250)
+	if err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
+	fmt.Println("granted:", res.Granted)
+	sent := 80 // the rest failed before it was sent
+	if err := limiter.Refund(ctx, "export-job", limit, res.Granted-sent); err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
+	res, _ = limiter.Peek(ctx, "export-job", limit)
+	fmt.Println("remaining:", res.Remaining)
+	// Output:
+	// granted: 100
+	// remaining: 20
+}
+
 func ExampleLimiter_Allow_leakyBucket() {
 	mr, rdb := exampleRedis()
 	defer mr.Close()
 	defer rdb.Close()
 
-	limiter := core.New(rdb, core.WithTimeout(time.Second))
+	limiter, _ := core.New(rdb)
 	// Two requests per second leave the queue, at most four wait in it.
 	limit := core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Burst: 4}
 	for i := range 5 {
@@ -95,24 +127,44 @@ func ExampleLimiter_Allow_leakyBucket() {
 	// request 4: queue full, retry after 500ms
 }
 
-func ExampleLimiter_Peek() {
+func ExampleLimiter_AllowLayers() {
 	mr, rdb := exampleRedis()
 	defer mr.Close()
 	defer rdb.Close()
 
-	limiter := core.New(rdb, core.WithTimeout(time.Second))
+	limiter, _ := core.New(rdb)
 	ctx := context.Background()
-	limit := core.PerHour(100).With(core.SlidingWindow)
-	if _, err := limiter.AllowN(ctx, "user:42", limit, 40); err != nil {
-		fmt.Println("redis failed:", err)
-		return
+	layers := []core.Limit{core.PerSecond(10), core.PerHour(12)}
+	for i := range 3 {
+		rs, err := limiter.AllowLayers(ctx, "user:42", layers, 5)
+		if err != nil {
+			fmt.Println("redis failed:", err)
+			return
+		}
+		fmt.Printf("request %d: per second %v, per hour %v\n", i, rs[0].Allowed, rs[1].Allowed)
 	}
-	res, err := limiter.Peek(ctx, "user:42", limit) // consumes nothing
-	if err != nil {
-		fmt.Println("redis failed:", err)
-		return
-	}
-	fmt.Println("remaining:", res.Remaining)
 	// Output:
-	// remaining: 60
+	// request 0: per second true, per hour true
+	// request 1: per second true, per hour true
+	// request 2: per second false, per hour false
+}
+
+func ExampleLimit_UnmarshalText() {
+	for _, s := range []string{"10/s", "100/min burst=200", "5/2s sliding_window", "1/day"} {
+		var l core.Limit
+		if err := l.UnmarshalText([]byte(s)); err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Printf("%-20q rate %d per %v, capacity %d, %s\n", s, l.Rate, l.Period, l.Capacity(), l.Algorithm)
+	}
+	var l core.Limit
+	err := l.UnmarshalText([]byte("10 per second"))
+	fmt.Println(errors.Is(err, core.ErrInvalidLimit))
+	// Output:
+	// "10/s"               rate 10 per 1s, capacity 10, token_bucket
+	// "100/min burst=200"  rate 100 per 1m0s, capacity 200, token_bucket
+	// "5/2s sliding_window" rate 5 per 2s, capacity 5, sliding_window
+	// "1/day"              rate 1 per 24h0m0s, capacity 1, token_bucket
+	// true
 }

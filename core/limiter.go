@@ -11,160 +11,87 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Errors returned by Limiter. A denial is not an error: it is a Result with
-// Allowed false.
 var (
-	// ErrNoClient is returned by every call of a Limiter made with a nil client.
-	ErrNoClient = errors.New("core: nil redis client")
-	// ErrInvalidCost is returned for n <= 0, and for n above the Limit's
-	// capacity, which could never be admitted.
+	// ErrInvalidCost is returned for a cost n <= 0, for one above the
+	// Limit's capacity, which could never be admitted, and for a Refund the
+	// algorithm cannot make (SlidingWindow).
 	ErrInvalidCost = errors.New("core: invalid cost")
-	// ErrBadReply is returned when Redis answers with something the scripts
-	// never send (a proxy in the way, or a script of another version).
-	ErrBadReply = errors.New("core: unexpected reply from redis")
+	// ErrUnavailable is wrapped by the error of a call that did not reach
+	// Redis because the circuit breaker is open (see WithBreaker).
+	ErrUnavailable = errors.New("core: redis unavailable (circuit open)")
 )
 
-// DefaultTimeout bounds one decision unless WithTimeout says otherwise. A
-// healthy Redis answers in well under a millisecond; the bound is what a
-// request pays when Redis is slow or gone.
-const DefaultTimeout = 50 * time.Millisecond
-
-// DefaultPrefix starts every key the Limiter writes.
-const DefaultPrefix = "ratelimit"
-
-// Result is the outcome of one decision. A worked example, for a token bucket
-// of Rate 10 per second (Burst 10) that has just admitted its 10th request in
-// one instant: Allowed true, Limit 10, Remaining 0, RetryAfter 0, ResetAfter
-// 1s (the bucket is full again in one second). The 11th request in that
-// instant gets Allowed false, Remaining 0, RetryAfter 100ms (one token takes
-// a tenth of a second to refill), ResetAfter 1s.
-type Result struct {
-	// Allowed reports whether the request may proceed (after Delay).
-	Allowed bool
-	// Limit is the quota's capacity: Limit.Capacity().
-	Limit int
-	// Remaining is how many units could still be admitted right now, after
-	// this request. 0 <= Remaining <= Limit.
-	Remaining int
-	// RetryAfter is 0 when Allowed, else the exact wait until the same cost
-	// could be admitted, assuming no other traffic.
-	RetryAfter time.Duration
-	// ResetAfter is how long until the quota is whole again (Remaining ==
-	// Limit), assuming no other traffic.
-	ResetAfter time.Duration
-	// Delay is how long an admitted LeakyBucket request must wait before it
-	// proceeds, so that requests leave at an even pace. 0 otherwise.
-	Delay time.Duration
-	// Cached reports a denial answered by the local deny cache (see
-	// WithDenyCache) without asking Redis.
-	Cached bool
-	// Fallback reports a decision made by the in-process fallback limiter
-	// (see WithLocalFallback) because Redis could not answer.
-	Fallback bool
-}
-
 // Limiter decides, for a key and a Limit, whether a request may proceed.
-// Every decision is one atomic Lua script in Redis, timed by Redis' own
+// Every decision is an atomic Lua script in Redis, timed by Redis' own
 // clock, so any number of Limiters on any number of hosts share one limit
-// per key exactly. A Limiter is safe for concurrent use.
+// per key exactly. A Limiter is safe for concurrent use; make one per Redis
+// client and share it.
 type Limiter struct {
-	rdb redis.UniversalClient
-	// run is where scripts run: rdb, or its AutoPipeliner.
-	run          redis.Scripter
-	autoPipeline bool
-	prefix       string
-	timeout      time.Duration
+	rdb     redis.UniversalClient
+	prefix  string
+	timeout time.Duration
 	// detach runs Redis calls on their own goroutine, for clients that do not
 	// honour context deadlines on the socket (ContextTimeoutEnabled unset),
 	// so that the timeout still bounds the caller.
 	detach   bool
+	group    grouping
 	breaker  breaker
-	denied   *denyCache    // nil unless WithDenyCache
-	fallback *localLimiter // nil unless WithLocalFallback
+	denied   *denyCache // nil unless WithDenyCache
+	fallback *sketch    // nil unless WithLocalFallback
+	batch    *batcher   // nil when batching is off
+	health   healthState
 	prepared [8]atomic.Pointer[prepared]
 }
 
-// Option configures a Limiter.
-type Option func(*Limiter)
-
-// WithPrefix sets the prefix of every Redis key ("<prefix>:{<key>}:<alg>").
-// Braces in it are escaped so they cannot become the hash tag.
-// Default: DefaultPrefix.
-func WithPrefix(prefix string) Option {
-	return func(l *Limiter) { l.prefix = escapeBraces.Replace(prefix) }
-}
-
-// WithTimeout bounds each decision, on top of the caller's context; d <= 0
-// leaves only the caller's context. Default: DefaultTimeout.
-func WithTimeout(d time.Duration) Option {
-	return func(l *Limiter) { l.timeout = d }
-}
-
-// WithAutoPipeline sends decisions through go-redis' automatic pipelining
-// (the client's AutoPipeline), which batches the scripts of concurrent
-// callers into few round trips: with hundreds of concurrent callers it
-// raised decisions per second 1.2-1.8x in BENCHMARKS.md, and with few it
-// loses, so it is off by default.
-// Queued commands ignore context deadlines in go-redis, so the Limiter then
-// waits for each reply on its own goroutine to keep its timeout. A batch
-// that loses its connection is retried whole, so a decision may be counted
-// twice (never admitted twice). Only *redis.Client and *redis.ClusterClient
-// have an AutoPipeline; other clients ignore this option. Default: off.
-func WithAutoPipeline() Option {
-	return func(l *Limiter) { l.autoPipeline = true }
-}
-
 // New returns a Limiter that keeps its state in rdb: a *redis.Client, a
-// failover (Sentinel) client, a *redis.ClusterClient or a *redis.Ring.
+// failover (Sentinel) client, a *redis.ClusterClient or a *redis.Ring. It
+// returns an error for a nil client and for an invalid Option.
 //
-// go-redis only honours context deadlines on the socket when the client is
-// made with ContextTimeoutEnabled; without it, the Limiter waits for Redis on
-// a separate goroutine so that its timeout still holds, at the cost of a
-// goroutine per call. Set ContextTimeoutEnabled for the fast path.
-func New(rdb redis.UniversalClient, opts ...Option) *Limiter {
-	l := &Limiter{rdb: rdb, prefix: DefaultPrefix, timeout: DefaultTimeout,
-		breaker: breaker{failures: DefaultBreakerFailures, cooldown: DefaultBreakerCooldown}}
-	for _, opt := range opts {
-		opt(l)
-	}
-	l.breaker.span = 2 * l.timeout
-	l.breaker.healthy.Store(true)
+// Make rdb with ContextTimeoutEnabled: go-redis then stops at the Limiter's
+// deadline on the socket itself; without it the Limiter still keeps its
+// timeout, at the cost of a goroutine per call. Keep the Limiter's timeout
+// below the client's ReadTimeout (3s by default), or set MaxRetries: -1:
+// go-redis retries a command whose reply was lost, and a retried script
+// counts its requests twice (it never admits one twice).
+//
+// New checks, in the background, whether the Redis may evict keys (see
+// Ping), and logs a warning when it may.
+func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
-		l.rdb = nil // every call returns ErrNoClient
-		return l
+		return nil, errors.New("core: New: nil redis client")
 	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	if err := errors.Join(cfg.errs...); err != nil {
+		return nil, err
+	}
+	l := &Limiter{rdb: rdb, prefix: cfg.prefix, timeout: cfg.timeout, detach: !honoursDeadlines(rdb), group: groupingOf(rdb)}
+	l.breaker = breaker{failures: cfg.breakerFailures, cooldown: cfg.breakerCooldown, span: 2 * cfg.timeout, log: cfg.log}
+	l.breaker.healthy.Store(true)
 	if c, ok := rdb.(interface{ ReloadState(context.Context) }); ok {
 		// A Cluster client learns of a new master only from a MOVED reply
 		// or its periodic reload (every minute by default), and a master
 		// that died sends no MOVED: without this, its slots would fail for
 		// up to a minute after a replica took over. ReloadState is
-		// asynchronous; go-redis runs one reload at a time, and waits
-		// 200 ms after one that succeeded.
+		// asynchronous; go-redis runs one reload at a time.
 		l.breaker.onFault = func() { c.ReloadState(context.Background()) }
 	}
-	l.run = rdb
-	l.detach = !honoursDeadlines(rdb)
-	if l.autoPipeline {
-		if ap := autoPipeliner(rdb); ap != nil {
-			l.run, l.detach = ap, true
-		}
+	// Redis answering again may be another Redis (a failover): check it.
+	l.breaker.onRecover = func() { l.health.trigger(l) }
+	if cfg.denyKeys > 0 {
+		l.denied = newDenyCache(cfg.denyKeys)
 	}
-	return l
-}
-
-func autoPipeliner(rdb redis.UniversalClient) *redis.AutoPipeliner {
-	var ap *redis.AutoPipeliner
-	var err error
-	switch c := rdb.(type) {
-	case *redis.Client:
-		ap, err = c.AutoPipeline()
-	case *redis.ClusterClient:
-		ap, err = c.AutoPipeline()
+	if f := cfg.fallback; f != nil {
+		l.fallback = newSketch(f.instances, f.maxKeys)
 	}
-	if err != nil {
-		return nil
+	if cfg.batch > 1 {
+		l.batch = newBatcher(cfg.batch)
 	}
-	return ap
+	l.health.log = cfg.log
+	l.health.watch(l)
+	return l, nil
 }
 
 // isNil reports a nil client, including a typed nil pointer in the
@@ -197,121 +124,85 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 
 // Allow is AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.AllowN(ctx, key, limit, 1)
+	return l.decide(ctx, key, limit, 1, modeConsume)
 }
 
 // AllowN decides whether a request that costs n units may proceed now, and
-// consumes n if it may. It makes one round trip to Redis. A denial is a
-// Result with Allowed false; the error is for invalid arguments and Redis
-// failures (including the timeout), when the Result is zero.
+// takes n if it may. A denial is a Result with Allowed false; the error is
+// for invalid arguments and Redis failures (the timeout included), when the
+// Result is zero.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	return l.decide(ctx, key, limit, n, false)
+	return l.decide(ctx, key, limit, n, modeConsume)
 }
 
-// Peek reports what Allow would decide now, without consuming anything:
-// Remaining is what is left before the request, RetryAfter the wait for one.
+// AllowAtMost takes as many units as fit now, up to n, and reports how many
+// in Result.Granted: for batch workers that take what they may. n may
+// exceed the Limit's capacity. It is denied, taking nothing, only when not
+// even one unit fits; RetryAfter is then the wait for one.
+func (l *Limiter) AllowAtMost(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+	return l.decide(ctx, key, limit, n, modeAtMost)
+}
+
+// Peek reports what Allow would decide now, without taking anything:
+// Remaining is what is left before the request, RetryAfter the wait for one
+// unit.
 func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.decide(ctx, key, limit, 1, true)
+	return l.decide(ctx, key, limit, 1, modePeek)
 }
 
-// Reset forgets key's state for limit's algorithm, so its quota is whole.
-func (l *Limiter) Reset(ctx context.Context, key string, limit Limit) error {
-	if err := l.check(key, limit); err != nil {
-		return err
-	}
-	return l.del(ctx, []string{redisKey(l.prefix, key, limit.Algorithm)})
+// Refund gives back n units that a request took but did not use (it
+// failed, or took less than it reserved), where the algorithm can take
+// them back: TokenBucket refills them (never beyond its capacity),
+// LeakyBucket dequeues them, FixedWindow and SlidingWindowCounter count
+// them out of the current window (SlidingWindowCounter then out of the
+// previous one). SlidingWindow cannot, since its log is exact, and returns
+// ErrInvalidCost. A refund never makes the quota larger than whole.
+func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int) error {
+	_, err := l.decide(ctx, key, limit, n, modeRefund)
+	return err
 }
 
-// del deletes keys (all in one hash slot) and forgets them locally.
-func (l *Limiter) del(ctx context.Context, keys []string) error {
-	if l.rdb == nil {
-		return ErrNoClient
+// Reset forgets key's state under every algorithm and layer, so its quota
+// is whole again.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if key == "" {
+		return ErrEmptyKey
 	}
-	for _, k := range keys {
-		if l.denied != nil {
-			l.denied.forget(k)
-		}
-		if l.fallback != nil {
-			l.fallback.forget(k)
+	tag := escapeTag(key)
+	keys := make([]string, 0, maxLayers*(len(algorithms)+1))
+	for layer := range maxLayers {
+		for a := range algorithms {
+			keys = stateKeys(keys, l.prefix, tag, Algorithm(a), layer)
 		}
 	}
+	l.forget(tag)
 	_, err := l.do(ctx, func(ctx context.Context) (any, error) {
 		return nil, l.rdb.Del(ctx, keys...).Err()
 	})
 	// A denial that was in flight during the DEL may have cached itself.
-	for _, k := range keys {
-		if l.denied != nil {
-			l.denied.forget(k)
-		}
-	}
+	l.forget(tag)
 	return err
 }
 
-func (l *Limiter) check(key string, limit Limit) error {
-	if l.rdb == nil {
-		return ErrNoClient
+// forget drops the denials this instance remembers for tag.
+func (l *Limiter) forget(tag string) {
+	if l.denied == nil {
+		return
 	}
-	if key == "" {
-		return ErrEmptyKey
+	var buf [2]string
+	for a := range algorithms {
+		l.denied.forget(stateKeys(buf[:0], l.prefix, tag, Algorithm(a), 0)[0])
 	}
-	return limit.Validate()
-}
-
-func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n int, peek bool) (Result, error) {
-	if l.rdb == nil {
-		return Result{}, ErrNoClient
-	}
-	if key == "" {
-		return Result{}, ErrEmptyKey
-	}
-	pr, err := l.prepare(limit)
-	if err != nil {
-		return Result{}, err
-	}
-	if n <= 0 || int64(n) > pr.p.capacity {
-		return Result{}, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the %s capacity)", ErrInvalidCost, n, pr.p.capacity, limit.Algorithm)
-	}
-	rkey := redisKey(l.prefix, key, limit.Algorithm)
-	sent := time.Now()
-	if l.denied != nil && !peek {
-		if res, ok := l.denied.get(rkey, limit, n, sent); ok {
-			return res, nil
-		}
-	}
-	var res Result
-	if l.breaker.allow(sent) {
-		args := pr.args
-		if n != 1 || peek {
-			args = scriptArgs(limit.Algorithm, pr.p, n, peek)
-		}
-		var v any
-		v, err = l.eval(ctx, scripts[limit.Algorithm], rkey, args)
-		if err == nil {
-			res, err = parseReply(v, int(pr.p.capacity))
-		}
-		l.breaker.record(ctx, err, time.Now())
-	} else {
-		err = ErrUnavailable
-	}
-	if err != nil {
-		if l.fallback != nil && !peek && redisFault(ctx, err) {
-			return l.fallback.allow(rkey, limit, n, time.Now()), nil
-		}
-		return Result{}, err
-	}
-	if l.denied != nil && !res.Allowed && !peek {
-		l.denied.put(rkey, limit, n, sent, time.Now(), res)
-	}
-	return res, nil
 }
 
 // prepared is a validated Limit with the script arguments of its most
-// common call (n = 1, not a peek) built once, so the hot path neither
-// validates nor boxes integers again.
+// common call (one request of n = 1, consumed) built once, so the hot path
+// neither validates nor boxes integers again.
 type prepared struct {
 	limit Limit
 	p     params
-	args  []any // read-only: shared by concurrent calls
+	args  []any // the Limit's ARGV; read-only, shared by concurrent calls
+	one   []any // args, then one request: 1, n = 1, modeConsume
 }
 
 func (l *Limiter) prepare(limit Limit) (*prepared, error) {
@@ -324,89 +215,104 @@ func (l *Limiter) prepare(limit Limit) (*prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	pr := &prepared{limit: limit, p: p, args: scriptArgs(limit.Algorithm, p, 1, false)}
+	args := algorithms[limit.Algorithm].args(p)
+	pr := &prepared{limit: limit, p: p, args: args, one: append(args[:len(args):len(args)], 1, 1, modeConsume)}
 	slot.Store(pr)
 	return pr, nil
 }
 
-// keySlices recycles the one-element KEYS slice of a script call: go-redis
+// keyBufs recycles the KEYS slice of a one-state script call: go-redis
 // copies it into the command, so it is free again once Run returns.
-var keySlices = sync.Pool{New: func() any { return new([1]string) }}
+var keyBufs = sync.Pool{New: func() any { return new([2]string) }}
 
-// eval runs a script on one key within the Limiter's timeout.
-func (l *Limiter) eval(ctx context.Context, s *redis.Script, key string, args []any) (any, error) {
-	ctx, cancel := l.bound(ctx)
-	defer cancel()
-	keys := keySlices.Get().(*[1]string)
-	keys[0] = key
-	if !l.detach {
-		v, err := s.Run(ctx, l.run, keys[:], args...).Result()
-		keys[0] = ""
-		keySlices.Put(keys)
-		return v, l.wrap(ctx, err)
+func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n, mode int) (Result, error) {
+	if key == "" {
+		return Result{}, ErrEmptyKey
 	}
-	return l.detached(ctx, func(ctx context.Context) (any, error) {
-		defer func() {
-			keys[0] = ""
-			keySlices.Put(keys)
-		}()
-		return s.Run(ctx, l.run, keys[:], args...).Result()
-	})
-}
-
-// do runs a rare command (DEL, a layered script) within the timeout.
-func (l *Limiter) do(ctx context.Context, f func(context.Context) (any, error)) (any, error) {
-	ctx, cancel := l.bound(ctx)
-	defer cancel()
-	if !l.detach {
-		v, err := f(ctx)
-		return v, l.wrap(ctx, err)
+	pr, err := l.prepare(limit)
+	if err != nil {
+		return Result{}, err
 	}
-	return l.detached(ctx, f)
-}
-
-func nop() {}
-
-// bound applies the Limiter's timeout, unless the caller's own deadline
-// comes first (then a timer would be wasted).
-func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
-	if l.timeout <= 0 {
-		return ctx, nop
+	if mode == modeAtMost && n > 0 {
+		n = int(min(int64(n), pr.p.capacity)) // more never fits
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
-		return ctx, nop
+	if n <= 0 || int64(n) > pr.p.capacity {
+		return Result{}, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the %s capacity)", ErrInvalidCost, n, pr.p.capacity, limit.Algorithm)
 	}
-	return context.WithTimeout(ctx, l.timeout)
-}
-
-type reply struct {
-	v   any
-	err error
-}
-
-// detached waits for f on its own goroutine, for clients that would not
-// stop at ctx's deadline themselves.
-func (l *Limiter) detached(ctx context.Context, f func(context.Context) (any, error)) (any, error) {
-	ch := make(chan reply, 1)
-	go func() {
-		v, err := f(ctx)
-		ch <- reply{v, err}
+	if mode == modeRefund && !algorithms[limit.Algorithm].refund {
+		return Result{}, fmt.Errorf("%w: %s cannot give units back", ErrInvalidCost, limit.Algorithm)
+	}
+	buf := keyBufs.Get().(*[2]string)
+	defer func() {
+		*buf = [2]string{}
+		keyBufs.Put(buf)
 	}()
-	select {
-	case r := <-ch:
-		return r.v, l.wrap(ctx, r.err)
-	case <-ctx.Done():
-		return nil, l.wrap(ctx, ctx.Err())
+	tag := escapeTag(key)
+	keys := stateKeys(buf[:0], l.prefix, tag, limit.Algorithm, 0)
+	sent := time.Now()
+	takes := mode == modeConsume || mode == modeAtMost
+	need := n // the units a denial says did not fit
+	if mode == modeAtMost {
+		need = 1
 	}
+	if l.denied != nil {
+		if takes {
+			if res, ok := l.denied.get(keys[0], limit, need, sent); ok {
+				return res, nil
+			}
+		} else if mode == modeRefund {
+			l.denied.forget(keys[0])
+		}
+	}
+	var res Result
+	if l.breaker.allow(sent) {
+		bctx, cancel := l.bound(ctx)
+		res, err = l.run(bctx, pr, tag, keys, n, mode)
+		cancel()
+		l.breaker.record(ctx, err, time.Now())
+		l.health.tick(l, sent)
+	} else {
+		err = ErrUnavailable
+	}
+	if err != nil {
+		if l.fallback != nil && takes && redisFault(ctx, err) {
+			return l.fallback.allow(keys[0], limit, n, mode == modeAtMost, time.Now())
+		}
+		return Result{}, err
+	}
+	if mode == modePeek {
+		res.Granted = 0
+	}
+	if l.denied != nil && takes && !res.Allowed {
+		l.denied.put(keys[0], limit, need, sent, time.Now(), res)
+	}
+	return res, nil
 }
 
-func (l *Limiter) wrap(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
+// run makes one decision in Redis: in a batch with concurrent callers of
+// the same group when batching is on and another call of the group is in
+// flight, else on its own.
+func (l *Limiter) run(ctx context.Context, pr *prepared, tag string, keys []string, n, mode int) (Result, error) {
+	if l.batch != nil {
+		return l.batch.decide(ctx, l, pr, l.group.of(tag), keys, n, mode)
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
-		// go-redis reports a deadline on the socket as an i/o timeout.
-		return fmt.Errorf("core: redis: %w (%v)", ctxErr, err)
+	return l.runOne(ctx, pr, keys, n, mode)
+}
+
+// runOne makes one decision in its own script call.
+func (l *Limiter) runOne(ctx context.Context, pr *prepared, keys []string, n, mode int) (Result, error) {
+	args := pr.one
+	if n != 1 || mode != modeConsume {
+		args = append(pr.args[:len(pr.args):len(pr.args)], 1, n, mode)
 	}
-	return fmt.Errorf("core: redis: %w", err)
+	v, err := l.eval(ctx, batchScripts[pr.limit.Algorithm], keys, args)
+	if err != nil {
+		return Result{}, err
+	}
+	var out [1]Result
+	vals, _ := v.([]any)
+	if err := parseResults(vals, out[:]); err != nil {
+		return Result{}, err
+	}
+	return out[0], nil
 }

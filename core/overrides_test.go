@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +12,28 @@ import (
 
 	"github.com/redlimit/redlimit/internal/redistest"
 )
+
+// opsOverrides is NewOverrides, failing t on an error.
+func opsOverrides(t testing.TB, rdb redis.UniversalClient, prefix string, maxAge time.Duration) *Overrides {
+	t.Helper()
+	o, err := NewOverrides(rdb, prefix, maxAge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestNewOverridesRefusesNilClient(t *testing.T) {
+	for _, rdb := range []redis.UniversalClient{nil, (*redis.Client)(nil), (*redis.ClusterClient)(nil)} {
+		if o, err := NewOverrides(rdb, "", 0); err == nil || o != nil {
+			t.Errorf("NewOverrides(%T) = %v, %v; want an error", rdb, o, err)
+		}
+	}
+	_, rdb := redistest.Mini(t)
+	if o, err := NewOverrides(rdb, "", -time.Second); err == nil || o != nil {
+		t.Errorf("NewOverrides with a negative maxAge = %v, %v; want an error", o, err)
+	}
+}
 
 func TestOverridesSetGetRoundTrip(t *testing.T) {
 	ctx := context.Background()
@@ -32,14 +53,14 @@ func TestOverridesSetGetRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			writer := NewOverrides(rdb, prefix, time.Minute)
+			writer := opsOverrides(t, rdb, prefix, time.Minute)
 			if err := writer.Set(ctx, tt.name, tt.limit, 0); err != nil {
 				t.Fatal(err)
 			}
 			for _, who := range []struct {
 				name string
 				o    *Overrides
-			}{{"writer", writer}, {"fresh instance", NewOverrides(rdb, prefix, time.Minute)}} {
+			}{{"writer", writer}, {"fresh instance", opsOverrides(t, rdb, prefix, time.Minute)}} {
 				got, found, err := who.o.Get(ctx, tt.name)
 				if err != nil || !found || got != tt.limit {
 					t.Errorf("%s: Get = %+v, %v, %v; want %+v, true, nil", who.name, got, found, err, tt.limit)
@@ -55,7 +76,7 @@ func TestOverridesSetReplaces(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
 	prefix := opsPrefix(t)
-	o := NewOverrides(rdb, prefix, time.Minute)
+	o := opsOverrides(t, rdb, prefix, time.Minute)
 	first, second := PerSecond(10), Limit{Algorithm: SlidingWindow, Rate: 99, Period: time.Minute}
 	if err := o.Set(ctx, "tenant:a", first, 0); err != nil {
 		t.Fatal(err)
@@ -66,7 +87,7 @@ func TestOverridesSetReplaces(t *testing.T) {
 	for _, who := range []struct {
 		name string
 		o    *Overrides
-	}{{"writer", o}, {"fresh instance", NewOverrides(rdb, prefix, time.Minute)}} {
+	}{{"writer", o}, {"fresh instance", opsOverrides(t, rdb, prefix, time.Minute)}} {
 		got, found, err := who.o.Get(ctx, "tenant:a")
 		if err != nil || !found || got != second {
 			t.Errorf("%s: Get = %+v, %v, %v; want the second Set %+v", who.name, got, found, err, second)
@@ -78,7 +99,7 @@ func TestOverridesDelete(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
 	prefix := opsPrefix(t)
-	o := NewOverrides(rdb, prefix, time.Minute)
+	o := opsOverrides(t, rdb, prefix, time.Minute)
 	if err := o.Set(ctx, "tenant:a", PerSecond(10), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +109,7 @@ func TestOverridesDelete(t *testing.T) {
 	for _, who := range []struct {
 		name string
 		o    *Overrides
-	}{{"writer", o}, {"fresh instance", NewOverrides(rdb, prefix, time.Minute)}} {
+	}{{"writer", o}, {"fresh instance", opsOverrides(t, rdb, prefix, time.Minute)}} {
 		got, found, err := who.o.Get(ctx, "tenant:a")
 		if err != nil || found {
 			t.Errorf("%s: Get after Delete = %+v, %v, %v; want not found", who.name, got, found, err)
@@ -102,7 +123,7 @@ func TestOverridesDelete(t *testing.T) {
 func TestOverridesSetRefusesInvalid(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := redistest.Mini(t)
-	o := NewOverrides(rdb, opsPrefix(t), time.Minute)
+	o := opsOverrides(t, rdb, opsPrefix(t), time.Minute)
 	tests := []struct {
 		name    string
 		limit   Limit
@@ -142,22 +163,20 @@ func TestOverridesMalformedStored(t *testing.T) {
 		stored  string
 		wantMsg string
 	}{
-		{"", "want \"algorithm rate period"},
-		{"token_bucket", "want \"algorithm rate period"},
-		{"token_bucket 10", "want \"algorithm rate period"},
-		{"token_bucket 10 1s 5 0s extra", "want \"algorithm rate period"},
-		{"tokenbucket 10 1s", "unknown algorithm"},
-		{"token_bucket ten 1s", "rate \"ten\""},
-		{"token_bucket 10 1sec", "period \"1sec\""},
-		{"token_bucket 10 1s five", "burst \"five\""},
-		{"leaky_bucket 10 1s 5 soon", "max delay \"soon\""},
-		{"token_bucket 0 1s", "Rate must be > 0"},
-		{"sliding_window 10 0s", "Period must be >= 1µs"},
-		{"token_bucket 10 1s -3", "Burst must be >= 0"},
+		{"", "empty"},
+		{"10", "want \"<rate>/<period>\""},
+		{"ten/s", "rate \"ten\""},
+		{"10/fortnight", "period \"fortnight\""},
+		{"10/s tokenbucket", "\"tokenbucket\" is neither an algorithm"},
+		{"10/s burst=five", "burst \"five\""},
+		{"10/s leaky_bucket max-delay=soon", "max-delay \"soon\""},
+		{"0/s", "Rate must be > 0"},
+		{"10/0s sliding_window", "Period must be >= 1µs"},
+		{"10/s burst=-3", "Burst must be >= 0"},
 	}
 	for _, tt := range tests {
 		t.Run(strconv.Quote(tt.stored), func(t *testing.T) {
-			o := NewOverrides(rdb, prefix, time.Minute)
+			o := opsOverrides(t, rdb, prefix, time.Minute)
 			mr.Set(o.key("bad"), tt.stored)
 			got, found, err := o.Get(ctx, "bad")
 			if !errors.Is(err, ErrInvalidLimit) {
@@ -175,8 +194,8 @@ func TestOverridesMalformedStored(t *testing.T) {
 		})
 	}
 	t.Run("well formed by hand", func(t *testing.T) {
-		o := NewOverrides(rdb, prefix, time.Minute)
-		mr.Set(o.key("good"), "  sliding_window   100 1m  ")
+		o := opsOverrides(t, rdb, prefix, time.Minute)
+		mr.Set(o.key("good"), "  100/min   sliding_window  ")
 		got, found, err := o.Get(ctx, "good")
 		want := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Minute}
 		if err != nil || !found || got != want {
@@ -189,7 +208,7 @@ func TestOverridesTTL(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := redistest.Mini(t)
 	prefix := opsPrefix(t)
-	o := NewOverrides(rdb, prefix, time.Minute)
+	o := opsOverrides(t, rdb, prefix, time.Minute)
 	if err := o.Set(ctx, "temporary", PerSecond(500), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +222,7 @@ func TestOverridesTTL(t *testing.T) {
 		t.Errorf("TTL of a Set with ttl 0 = %v, want none", got)
 	}
 	mr.FastForward(10*time.Second + time.Millisecond)
-	fresh := NewOverrides(rdb, prefix, time.Minute)
+	fresh := opsOverrides(t, rdb, prefix, time.Minute)
 	if got, found, err := fresh.Get(ctx, "temporary"); err != nil || found {
 		t.Errorf("after the ttl: Get = %+v, %v, %v; want not found", got, found, err)
 	}
@@ -220,10 +239,10 @@ func TestOverridesCache(t *testing.T) {
 	var count opsCounter
 	rdb.AddHook(&count)
 	prefix := opsPrefix(t)
-	if err := NewOverrides(rdb, prefix, 0).Set(ctx, "set", PerSecond(3), 0); err != nil {
+	if err := opsOverrides(t, rdb, prefix, 0).Set(ctx, "set", PerSecond(3), 0); err != nil {
 		t.Fatal(err)
 	}
-	o := NewOverrides(rdb, prefix, time.Hour)
+	o := opsOverrides(t, rdb, prefix, time.Hour)
 	before := count.cmds.Load()
 	for range 100 {
 		if _, found, err := o.Get(ctx, "set"); err != nil || !found {
@@ -243,7 +262,7 @@ func TestOverridesCache(t *testing.T) {
 func TestOverridesKeepLastKnownOnError(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := redistest.Mini(t)
-	o := NewOverrides(rdb, opsPrefix(t), time.Nanosecond) // every Get asks Redis
+	o := opsOverrides(t, rdb, opsPrefix(t), time.Nanosecond) // every Get asks Redis
 	if err := o.Set(ctx, "n", PerSecond(3), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -258,8 +277,7 @@ func TestOverridesKeepLastKnownOnError(t *testing.T) {
 }
 
 // TestOverridesSecondInstanceObeysWithinMaxAge: instance B has cached the
-// old Limit; after instance A sets a new one, B's Policy decides with it
-// within MaxAge (200ms; the test allows 200ms + 150ms of scheduling slack,
+// old Limit; after instance A sets a new one, B returns it within maxAge (200ms; the test allows 200ms + 150ms of scheduling slack,
 // polling every 5ms). Overrides caches by the wall clock, so this waits on
 // it.
 func TestOverridesSecondInstanceObeysWithinMaxAge(t *testing.T) {
@@ -272,24 +290,17 @@ func TestOverridesSecondInstanceObeysWithinMaxAge(t *testing.T) {
 			ctx := context.Background()
 			rdb := be.open(t)
 			prefix := opsPrefix(t)
-			a := NewOverrides(rdb, prefix, maxAge)
-			b := NewOverrides(opsSecondClient(t, rdb), prefix, maxAge)
+			a := opsOverrides(t, rdb, prefix, maxAge)
+			b := opsOverrides(t, opsSecondClient(t, rdb), prefix, maxAge)
 			const name = "h:X-Tenant:gold" // what the key function yields
 			t.Cleanup(func() { _ = a.Delete(context.Background(), name) })
 
 			oldLimit, newLimit := PerMinute(10), PerMinute(2)
-			l := New(rdb, WithPrefix(prefix), opsPatient)
-			pb, err := NewPolicy(Policy{Limiter: l, Limit: PerMinute(1000),
-				LimitFunc: b.LimitFunc(KeyByHeader("X-Tenant", nil)), Key: KeyByHeader("X-Tenant", nil)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := polRequest{remote: "192.0.2.1:1", header: http.Header{"X-Tenant": {"gold"}}}
 			if err := a.Set(ctx, name, oldLimit, 0); err != nil {
 				t.Fatal(err)
 			}
-			if d := pb.Decide(req); d.Limit != oldLimit {
-				t.Fatalf("B before the change: Limit %+v, want %+v", d.Limit, oldLimit)
+			if got, _, err := b.Get(ctx, name); err != nil || got != oldLimit {
+				t.Fatalf("B before the change: %+v, %v; want %+v", got, err, oldLimit)
 			}
 			if err := a.Set(ctx, name, newLimit, 0); err != nil {
 				t.Fatal(err)
@@ -299,20 +310,20 @@ func TestOverridesSecondInstanceObeysWithinMaxAge(t *testing.T) {
 				t.Fatalf("A after its own Set: %+v, want %+v at once", got, newLimit)
 			}
 			for {
-				d := pb.Decide(req)
+				got, _, err := b.Get(ctx, name)
 				waited := time.Since(set)
-				if d.Limit == newLimit {
-					if got, want := d.Result.Limit, newLimit.Capacity(); got != want {
-						t.Errorf("B's decision reports Limit %d, want %d", got, want)
-					}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got == newLimit {
 					t.Logf("B obeyed the new limit %v after A's Set (maxAge %v)", waited.Round(time.Millisecond), maxAge)
 					return
 				}
-				if d.Limit != oldLimit {
-					t.Fatalf("B decided with %+v, want the old or the new Limit", d.Limit)
+				if got != oldLimit {
+					t.Fatalf("B returned %+v, want the old or the new Limit", got)
 				}
 				if waited > maxAge+slack {
-					t.Fatalf("B still enforces the old limit %v after A's Set, want the new one within maxAge %v", waited, maxAge)
+					t.Fatalf("B still returns the old limit %v after A's Set, want the new one within maxAge %v", waited, maxAge)
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -331,58 +342,42 @@ func opsSecondClient(t *testing.T, rdb *redis.Client) *redis.Client {
 	return c
 }
 
-// TestOverridesLimitFuncThroughPolicy: a tenant with an override is limited
-// by it; one without, and a request without a tenant, by the Policy's Limit.
-func TestOverridesLimitFuncThroughPolicy(t *testing.T) {
+// TestOverridesCacheHasNoCliff: a spray of new names fills the cache, and
+// pushes out the names nobody asks for, one at a time: a name in use stays
+// cached (no extra GET while Redis answers, and its Limit while Redis is
+// down), where the cache used to be cleared whole.
+func TestOverridesCacheHasNoCliff(t *testing.T) {
 	ctx := context.Background()
-	_, rdb := redistest.Mini(t)
+	mr, rdb := redistest.Mini(t)
+	var count opsCounter
+	rdb.AddHook(&count)
 	prefix := opsPrefix(t)
-	o := NewOverrides(rdb, prefix, time.Minute)
-	gold := Limit{Algorithm: FixedWindow, Rate: 3, Period: time.Hour}
-	if err := o.Set(ctx, "h:X-Tenant:gold", gold, 0); err != nil {
+	gold := PerSecond(500)
+	o := opsOverrides(t, rdb, prefix, time.Hour)
+	if err := o.Set(ctx, "tenant:gold", gold, 0); err != nil {
 		t.Fatal(err)
 	}
-	def := PerHour(100)
-	tenant := KeyByHeader("X-Tenant", nil)
-	p, err := NewPolicy(Policy{Limiter: New(rdb, WithPrefix(prefix), opsPatient), Limit: def,
-		LimitFunc: o.LimitFunc(tenant), Key: KeyFirst(tenant, KeyByIP(nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := func(tenant string) polRequest {
-		r := polRequest{remote: "192.0.2.7:1234", header: http.Header{}}
-		if tenant != "" {
-			r.header.Set("X-Tenant", tenant)
+	for i := range 3 * overridesMaxKeys {
+		if _, _, err := o.Get(ctx, "spray:"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
 		}
-		return r
-	}
-	steps := []struct {
-		tenant      string
-		wantLimit   Limit
-		wantOutcome Outcome
-		wantHeader  string // X-RateLimit-Limit
-	}{
-		{"gold", gold, OutcomeAllowed, "3"},
-		{"gold", gold, OutcomeAllowed, "3"},
-		{"gold", gold, OutcomeAllowed, "3"},
-		{"gold", gold, OutcomeDenied, "3"},
-		{"silver", def, OutcomeAllowed, "100"},
-		{"", def, OutcomeAllowed, "100"},
-	}
-	for i, s := range steps {
-		d := p.Decide(req(s.tenant))
-		h := http.Header{}
-		d.WriteHeaders(h.Set)
-		if d.Limit != s.wantLimit || d.Outcome != s.wantOutcome || h.Get("X-RateLimit-Limit") != s.wantHeader {
-			t.Errorf("step %d (tenant %q): Limit %+v, %v, X-RateLimit-Limit %q; want %+v, %v, %q",
-				i, s.tenant, d.Limit, d.Outcome, h.Get("X-RateLimit-Limit"), s.wantLimit, s.wantOutcome, s.wantHeader)
+		if i%100 == 0 {
+			before := count.cmds.Load()
+			if got, found, err := o.Get(ctx, "tenant:gold"); err != nil || !found || got != gold {
+				t.Fatalf("gold after %d sprayed names: %+v, %v, %v", i, got, found, err)
+			}
+			if sent := count.cmds.Load() - before; sent != 0 {
+				t.Fatalf("gold after %d sprayed names cost %d commands: it fell out of the cache", i, sent)
+			}
 		}
 	}
-	// Delete returns the tenant to the default at once on this instance.
-	if err := o.Delete(ctx, "h:X-Tenant:gold"); err != nil {
-		t.Fatal(err)
+	if n := len(o.cache); n != overridesMaxKeys {
+		t.Errorf("cache holds %d names, want its bound %d", n, overridesMaxKeys)
 	}
-	if d := p.Decide(req("gold")); d.Limit != def {
-		t.Errorf("after Delete: Limit %+v, want the default %+v", d.Limit, def)
+	// With Redis down, the tenant keeps its Limit.
+	o.maxAge = time.Nanosecond
+	mr.SetError("LOADING Redis is loading the dataset in memory")
+	if got, found, _ := o.Get(ctx, "tenant:gold"); !found || got != gold {
+		t.Errorf("gold with Redis down: %+v, %v; want its last known Limit", got, found)
 	}
 }

@@ -129,8 +129,8 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 		t.Run(a.String(), func(t *testing.T) {
 			prefix := realPrefix(t)
 			cleanupPrefix(t, rdb, prefix)
-			l := New(rdb, WithPrefix(prefix), WithTimeout(5*time.Second))
-			lim := PerHour(5).With(a)
+			l := opsNew(t, rdb, WithPrefix(prefix), WithTimeout(5*time.Second))
+			lim := with(PerHour(5), a)
 			period := time.Hour
 			attempt := 0
 			for ; ; attempt++ {
@@ -152,7 +152,7 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 						continue // crossed an hour boundary: the numbers below would not hold
 					}
 				}
-				if r.Allowed || r.Remaining != 0 || r.Limit != 5 {
+				if r.Allowed || r.Remaining != 0 {
 					t.Fatalf("6th in an hour = %+v, want denied", r)
 				}
 				// The wait until one more passes, as of t0 and as of t1.
@@ -188,7 +188,7 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 				if pttl <= 0 || pttl > r.ResetAfter+100*time.Millisecond || pttl < r.ResetAfter-elapsed-time.Second {
 					t.Errorf("PTTL %v, want about ResetAfter %v", pttl, r.ResetAfter)
 				}
-				if err := l.Reset(ctx, key, lim); err != nil {
+				if err := l.Reset(ctx, key); err != nil {
 					t.Fatal(err)
 				}
 				if r, err := l.AllowN(ctx, key, lim, 5); err != nil || !r.Allowed {
@@ -210,7 +210,7 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 					t.Fatalf("Allow on the used key %q = %+v, %v, want denied", trunc(k), r, err)
 				}
 			}
-			checkAllTTLs(t, rdb, prefix, len(keys)+attempt+1)
+			checkAllTTLs(t, rdb, prefix, (len(keys)+attempt+1)*len(algorithms[a].suffixes))
 		})
 	}
 }
@@ -230,9 +230,9 @@ func TestRealScriptFlush(t *testing.T) {
 	ctx := context.Background()
 	prefix := realPrefix(t)
 	cleanupPrefix(t, rdb, prefix)
-	l := New(rdb, WithPrefix(prefix), WithTimeout(5*time.Second))
+	l := opsNew(t, rdb, WithPrefix(prefix), WithTimeout(5*time.Second))
 	for _, a := range allAlgorithms {
-		lim := PerHour(3).With(a)
+		lim := with(PerHour(3), a)
 		for i := range 3 {
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
@@ -281,14 +281,20 @@ func bounds(lim Limit, t0, t1 int64) (lo, hi int64) {
 }
 
 // hammer runs workers goroutines spread over clients, each calling Allow on
-// one key until stop is closed, and returns how many were admitted.
-func hammer(t *testing.T, clients []redis.UniversalClient, workers int, prefix string, lim Limit, stop <-chan struct{}, calls *atomic.Int64) int64 {
+// one key until stop is closed, and returns how many were admitted. The
+// workers of one client share its Limiter, whose batching coalesces their
+// decisions on the hot key; batch 1 turns that off.
+func hammer(t *testing.T, clients []redis.UniversalClient, workers, batch int, prefix string, lim Limit, stop <-chan struct{}, calls *atomic.Int64) int64 {
 	t.Helper()
 	var admitted, failed atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
+	limiters := make([]*Limiter, len(clients))
+	for i, c := range clients {
+		limiters[i] = opsNew(t, c, WithPrefix(prefix), WithTimeout(10*time.Second), WithBatching(batch))
+	}
 	for i := range workers {
-		l := New(clients[i%len(clients)], WithPrefix(prefix), WithTimeout(10*time.Second))
+		l := limiters[i%len(limiters)]
 		wg.Go(func() {
 			for {
 				select {
@@ -320,8 +326,17 @@ func hammer(t *testing.T, clients []redis.UniversalClient, workers int, prefix s
 // one key never get more than the algorithm's bound for the elapsed Redis
 // time, and not far less.
 func concurrencySuite(t *testing.T, newClient func(t *testing.T) redis.UniversalClient, clients, workers int, d time.Duration, flush func()) {
-	for _, lim := range concurrencyLimits {
-		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		lim   Limit
+		batch int
+	}{
+		{concurrencyLimits[0], 1}, {concurrencyLimits[0], 128},
+		{concurrencyLimits[1], 128}, {concurrencyLimits[2], 128},
+		{concurrencyLimits[3], 1}, {concurrencyLimits[3], 128},
+		{concurrencyLimits[4], 128},
+	} {
+		lim := c.lim
+		t.Run(fmt.Sprintf("%s/batch%d", lim.Algorithm, c.batch), func(t *testing.T) {
 			cs := make([]redis.UniversalClient, clients)
 			for i := range cs {
 				cs[i] = newClient(t)
@@ -346,7 +361,7 @@ func concurrencySuite(t *testing.T, newClient func(t *testing.T) redis.Universal
 				flushAt := time.AfterFunc(d/2, flush)
 				defer flushAt.Stop()
 			}
-			admitted := hammer(t, cs, workers, prefix, lim, stop, &calls)
+			admitted := hammer(t, cs, workers, c.batch, prefix, lim, stop, &calls)
 			t1 := redisNow(t, cs[0])
 			_, hi := bounds(lim, t0, t1)
 			stopped := tStop.Load()
@@ -400,7 +415,7 @@ func TestClusterSlots(t *testing.T) {
 	ctx := context.Background()
 	prefix := realPrefix(t)
 	cleanupPrefix(t, rdb, prefix)
-	l := New(rdb, WithPrefix(prefix), WithTimeout(5*time.Second))
+	l := opsNew(t, rdb, WithPrefix(prefix), WithTimeout(5*time.Second))
 	const callers = 200
 	for i := range callers {
 		key := fmt.Sprintf("user:%d", i)
@@ -408,7 +423,7 @@ func TestClusterSlots(t *testing.T) {
 			key = fmt.Sprintf("{user}:%d", i) // an attempt to pin every key to one slot
 		}
 		for _, a := range allAlgorithms {
-			if r, err := l.Allow(ctx, key, PerMinute(10).With(a)); err != nil || !r.Allowed {
+			if r, err := l.Allow(ctx, key, with(PerMinute(10), a)); err != nil || !r.Allowed {
 				t.Fatalf("Allow(%q, %s) = %+v, %v", key, a, r, err)
 			}
 			rk := redisKey(l.prefix, key, a)
@@ -430,8 +445,12 @@ func TestClusterSlots(t *testing.T) {
 		}
 		total += len(keys)
 	}
-	if want := callers * len(allAlgorithms); total != want {
+	perCaller := 0
+	for _, a := range allAlgorithms {
+		perCaller += len(algorithms[a].suffixes)
+	}
+	if want := callers * perCaller; total != want {
 		t.Errorf("%d keys over %d masters, want %d", total, len(perMaster), want)
 	}
-	checkAllTTLs(t, rdb, prefix, callers*len(allAlgorithms))
+	checkAllTTLs(t, rdb, prefix, callers*perCaller)
 }

@@ -15,7 +15,9 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) error {
 // its Delay has passed), or ctx ends, for workers and outbound API clients
 // that must not exceed a shared limit. It sleeps for the RetryAfter Redis
 // returns instead of polling, and gives up at once, with an error, when ctx's
-// deadline would pass before the wait ends.
+// deadline would pass before the wait ends, or when the request can never
+// pass (an invalid cost, or one above the fallback's share while Redis is
+// unavailable).
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) error {
 	for {
 		lim := limit
@@ -24,7 +26,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) err
 			// A queued request leaves once the queue ahead has drained, and
 			// waiting does not make that sooner than the deadline: give up
 			// now rather than take a place that cannot be used.
-			if p, err := l.decide(ctx, key, limit, n, true); err == nil && p.Allowed && p.Delay > left {
+			if p, err := l.decide(ctx, key, limit, n, modePeek); err == nil && p.Allowed && p.Delay > left {
 				return fmt.Errorf("core: delay of %v for %q would exceed the context deadline: %w", p.Delay, key, context.DeadlineExceeded)
 			}
 			if lim.MaxDelay == 0 || left < lim.MaxDelay {
@@ -50,5 +52,16 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) err
 		if r.Allowed {
 			return nil
 		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

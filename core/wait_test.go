@@ -17,7 +17,7 @@ import (
 func TestWaitAllowedReturnsAtOnce(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t) // frozen clock: nothing refills
-	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
+	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	limit := PerHour(5)
 	start := time.Now()
 	for i := range 5 {
@@ -44,7 +44,7 @@ func TestWaitSleepsRetryAfter(t *testing.T) {
 			rdb := be.open(t)
 			var count opsCounter
 			rdb.AddHook(&count)
-			l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
+			l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			limit := Limit{Rate: 1, Period: 200 * time.Millisecond}
 			start := time.Now()
 			if err := l.Wait(ctx, "k", limit); err != nil {
@@ -80,7 +80,7 @@ func TestWaitCanceledMidWait(t *testing.T) {
 	for _, be := range opsBackends() {
 		t.Run(be.name, func(t *testing.T) {
 			rdb := be.open(t)
-			l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
+			l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			limit := PerHour(1)
 			if err := l.Wait(context.Background(), "k", limit); err != nil {
 				t.Fatal(err)
@@ -124,7 +124,7 @@ func TestWaitDeadlineNearerThanRetryAfter(t *testing.T) {
 			rdb := be.open(t)
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
-					l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
+					l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 					if err := l.Wait(context.Background(), "worker", tt.limit); err != nil {
 						t.Fatal(err)
 					}
@@ -175,7 +175,7 @@ func TestWaitLeakyBucketDeadline(t *testing.T) {
 			rdb.AddHook(&count)
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
-					l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
+					l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 					r, err := l.AllowN(context.Background(), "q", limit, 4)
 					if err != nil || !r.Allowed {
 						t.Fatalf("queueing 4: %+v, %v", r, err)
@@ -203,7 +203,7 @@ func TestWaitLeakyBucketDeadline(t *testing.T) {
 
 func TestWaitInvalid(t *testing.T) {
 	_, rdb := redistest.Mini(t)
-	l := New(rdb, WithPrefix(opsPrefix(t)), opsPatient)
+	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	tests := []struct {
 		name    string
 		key     string

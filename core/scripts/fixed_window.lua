@@ -1,59 +1,63 @@
 -- Fixed window: at most rate units per window of length period. Windows are
 -- aligned to the Unix epoch, so every instance agrees on where one starts.
 --
--- KEYS[1]  hash {s = window start µs, c = units admitted in it}
--- ARGV[1]  period, µs
--- ARGV[2]  rate, units per window
--- ARGV[3]  n, units this request costs (1 <= n <= rate)
--- ARGV[4]  "1" to peek: decide, but count and write nothing
--- Reply    {allowed 0|1, remaining units, retry_after µs, reset_after µs, 0}
+-- State    one string key, "<start> <count> <end>": the current window's
+--          start µs, the units admitted in it, the key's expiry in ms (see
+--          persist)
+-- Limit    ARGV: period µs, rate units per window
 --
--- The counter lives in one hash with the window start, not in a key per
--- window, so a clock step back keeps counting in the later window and a
--- longer period extends the current window instead of opening a fresh one.
+-- The counter lives beside its window's start, not in a key per window, so
+-- a clock step back keeps counting in the later window and a longer period
+-- extends the current window instead of opening a fresh one.
 -- retry_after and reset_after are measured from Redis' clock, so after a
 -- clock step back they include the step.
-local key = KEYS[1]
-local period = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local peek = ARGV[4] == '1'
+local fw = {nkeys = 1, nparams = 2}
 
-local time = redis.call('TIME')
-local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now = clock
+function fw.params(a)
+  return {period = tonumber(ARGV[a]), rate = tonumber(ARGV[a + 1])}
+end
 
-local start = math.floor(now / period) * period
-local count = 0
-local state = redis.call('HMGET', key, 's', 'c')
-if state[1] then
-  local last = tonumber(state[1])
-  if last > now then now = last end
-  if now < last + period then
-    start = last
-    count = tonumber(state[2])
+function fw.load(k, vals, p)
+  local st = {key = KEYS[k], now = clock, start = floor(clock / p.period) * p.period, count = 0, e = 0}
+  local v = vals[k]
+  if not v then return st end
+  local raw, start, count, e = match(v, '^((%d+) (%d+)) (%d+)$')
+  if not e then corrupt(KEYS[k]) end
+  start = tonumber(start)
+  st.e, st.raw = tonumber(e), raw
+  if start > clock then st.now = start end
+  if st.now < start + p.period then
+    st.start, st.count = start, tonumber(count)
   else
-    start = math.max(math.floor(now / period) * period, last + period)
+    st.start = max(floor(st.now / p.period) * p.period, start + p.period)
   end
+  return st
 end
 
-local allowed = count + n <= rate
-if allowed and not peek then count = count + n end
-
-local window_end = start + period - clock
-local retry = 0
-if not allowed then retry = window_end end
-local reset = 0
-if count > 0 then reset = window_end end
-
-if allowed and not peek then
-  redis.call('HSET', key, 's', start, 'c', count)
-  redis.call('PEXPIRE', key, math.max(1, math.ceil((start + period - clock) / 1000)))
-elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) - 1 then
-  -- A denial writes no state, but the Limit may have changed since the TTL
-  -- was set (a longer period, a lower rate): keep the state as long as it
-  -- matters now, or its expiry would hand out a fresh quota. (PTTL is
-  -- rounded down to the ms: a TTL 1 ms short is rounding, not a change.)
-  redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+function fw.decide(st, p, n, mode)
+  local count, granted = st.count, 0
+  if mode == REFUND then
+    count = max(0, count - n)
+  elseif count + n <= p.rate then
+    granted = n
+  elseif mode == ATMOST then
+    granted = p.rate - count
+  end
+  if granted > 0 and mode ~= PEEK then count = count + granted end
+  if count ~= st.count then st.count, st.dirty = count, true end
+  local window_end = st.start + p.period - clock
+  local retry, reset = 0, 0
+  if granted == 0 and mode ~= REFUND then retry = window_end end
+  if count > 0 then reset = window_end end
+  return granted, max(0, p.rate - count), retry, reset, 0
 end
-return {allowed and 1 or 0, math.max(0, rate - count), retry, reset, 0}
+
+local function fw_encode(st, e)
+  return fmt('%d %d %d', st.start, st.count, e)
+end
+
+function fw.save(st, p, reset, nonpeek)
+  persist(st, reset, nonpeek, fw_encode)
+end
+
+algorithms[4] = fw

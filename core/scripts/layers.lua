@@ -1,49 +1,42 @@
--- Layers: one request checked against several limits of one caller at
--- once (e.g. 10 per second and 1000 per hour), admitted only if every layer
--- admits, consuming from none when any denies. The algorithms' own scripts
--- are prepended as functions (algs[1..5], by Algorithm + 1) when this script
--- is built, so each algorithm's arithmetic exists once.
+-- Layers: one request checked against several Limits of one caller at once
+-- (say 10 per second and 1000 per hour), admitted only if every layer
+-- admits, and then taken from every layer; when any layer denies, none is
+-- taken. Every algorithm's table is defined before this (algorithms[]), so
+-- each algorithm's arithmetic exists once.
 --
--- KEYS     one key per layer; all share the caller's hash tag
--- ARGV     for each layer: algorithm (0-based), argc, the position of the
---          peek flag among its arguments, then its argc arguments exactly
---          as that algorithm's script takes them (peek flag "1")
--- Reply    {all allowed 0|1, then per layer the algorithm's 5 integers}
-local layers = {}
-local i = 1
-for l = 1, #KEYS do
-  local alg = tonumber(ARGV[i]) + 1
-  local argc = tonumber(ARGV[i + 1])
-  local peekpos = tonumber(ARGV[i + 2])
-  local args = {}
-  for j = 1, argc do args[j] = ARGV[i + 2 + j] end
-  layers[l] = {alg = alg, args = args, peekpos = peekpos}
-  i = i + 3 + argc
+-- KEYS     each layer's keys (as many as its algorithm takes), in order;
+--          all share the caller's hash tag
+-- ARGV     mode (CONSUME, PEEK or REFUND), n; then for each layer: its
+--          algorithm (Algorithm + 1), then its Limit as that algorithm's
+--          file lists it
+-- Reply    granted (n, or 0 when any layer denies), then for each layer the
+--          five integers of the batch reply
+local mode, n = tonumber(ARGV[1]), tonumber(ARGV[2])
+local layers, a, k = {}, 3, 1
+while k <= #KEYS do
+  local A = algorithms[tonumber(ARGV[a])]
+  layers[#layers + 1] = {A = A, p = A.params(a + 1), k = k}
+  a, k = a + 1 + A.nparams, k + A.nkeys
 end
 
--- Decide every layer without writing; only if all admit, decide again for
--- real. Nothing runs between the two passes: the script is atomic.
-local out = {1}
-local replies = {}
-for l, layer in ipairs(layers) do
-  replies[l] = algs[layer.alg]({KEYS[l]}, layer.args)
-  if replies[l][1] == 0 then out[1] = 0 end
+local vals = redis.call('MGET', unpack(KEYS))
+local out, replies = {n}, {}
+local first = mode
+if mode == CONSUME then first = PEEK end
+for i, l in ipairs(layers) do
+  l.st = l.A.load(l.k, vals, l.p)
+  replies[i] = {l.A.decide(l.st, l.p, n, first)}
+  if mode ~= REFUND and replies[i][1] == 0 then out[1] = 0 end
 end
-if out[1] == 1 then
-  for l, layer in ipairs(layers) do
-    layer.args[layer.peekpos] = '0'
-    replies[l] = algs[layer.alg]({KEYS[l]}, layer.args)
-  end
-else
-  -- Nothing is consumed, but as in the algorithms' own denials, each
-  -- layer's state lives as long as it matters under its Limit, which may
-  -- have changed since its TTL was set.
-  for l = 1, #layers do
-    local ttl = math.ceil(replies[l][4] / 1000)
-    if ttl > 0 and redis.call('PTTL', KEYS[l]) < ttl - 1 then redis.call('PEXPIRE', KEYS[l], ttl) end
-  end
+-- Only if all admit, decide again for real. Nothing runs between the two
+-- passes: the script is atomic.
+if mode == CONSUME and out[1] > 0 then
+  for i, l in ipairs(layers) do replies[i] = {l.A.decide(l.st, l.p, n, CONSUME)} end
 end
-for l = 1, #layers do
-  for j = 1, 5 do out[#out + 1] = replies[l][j] end
+for i, l in ipairs(layers) do
+  -- A denial takes nothing, but as in the algorithms' own denials each
+  -- layer's state lives as long as it matters under its Limit.
+  l.A.save(l.st, l.p, replies[i][4], mode ~= PEEK)
+  for j = 1, 5 do out[#out + 1] = replies[i][j] end
 end
 return out

@@ -2,81 +2,79 @@
 -- of rate per period; a request is admitted with the delay it must wait
 -- before it proceeds, while at most capacity units are queued.
 --
--- KEYS[1]  hash {l = queued units in scaled units, t = µs time of l, s = the
---          period l was scaled by}
--- ARGV[1]  period, µs, divided by gcd(period, rate)
--- ARGV[2]  drain per µs in scaled units (rate divided by the same gcd)
--- ARGV[3]  capacity (queue length), units
--- ARGV[4]  n, units this request costs (1 <= n <= capacity)
--- ARGV[5]  "1" to peek: decide, but queue and write nothing
--- ARGV[6]  the longest delay to hand out, µs; 0 = only capacity bounds it
--- Reply    {allowed 0|1, remaining units, retry_after µs, reset_after µs,
---           delay µs}
+-- State    one string key, "<queued> <time> <scale> <end>": queued units in
+--          scaled units (1/scale of a unit), time µs at which queued was
+--          true, scale the period they were scaled by, end the key's expiry
+--          in ms (see persist)
+-- Limit    ARGV: period µs / g, rate / g (the drain per µs in scaled units),
+--          capacity units, max_delay µs (the longest delay to hand out; 0:
+--          only capacity bounds it); g = gcd(period µs, rate)
 --
--- Fixes from seed 002: Redis TIME instead of the client's clock; one small
--- hash instead of a log of permits; a TTL on every write; the wait is
--- computed for the n this request needs, not from the nearest record.
--- delay, retry_after and reset_after are measured from Redis' clock: after a
--- clock step back they include the step (and max_delay is held to that).
-local key = KEYS[1]
-local period = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local capacity = tonumber(ARGV[3])
-local n = tonumber(ARGV[4])
-local peek = ARGV[5] == '1'
-local max_delay = tonumber(ARGV[6])
+-- The wait is computed for the n this request needs, not from the nearest
+-- record. delay, retry_after and reset_after are measured from Redis'
+-- clock: after a clock step back they include the step, and max_delay is
+-- held to that.
+local lb = {nkeys = 1, nparams = 4}
 
-local time = redis.call('TIME')
-local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now = clock
-local full = capacity * period
-local cost = n * period
+function lb.params(a)
+  local period, rate = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  return {period = period, rate = rate, full = tonumber(ARGV[a + 2]) * period, max_delay = tonumber(ARGV[a + 3])}
+end
 
-local level = 0
-local state = redis.call('HMGET', key, 'l', 't', 's')
-if state[1] then
-  level = tonumber(state[1])
-  local last = tonumber(state[2])
-  local scale = tonumber(state[3])
-  if scale ~= period then
-    -- The Limit changed: carry the queue over, rounded up.
-    level = math.ceil(level / scale * period)
+function lb.load(k, vals, p)
+  local st = {key = KEYS[k], now = clock, queued = 0, e = 0}
+  local v = vals[k]
+  if not v then return st end
+  local raw, queued, t, scale, e = match(v, '^((%d+) (%d+) (%d+)) (%d+)$')
+  if not e then corrupt(KEYS[k]) end
+  queued, t, scale = tonumber(queued), tonumber(t), tonumber(scale)
+  st.e, st.raw = tonumber(e), raw
+  if scale ~= p.period then queued = ceil(queued / scale * p.period) end
+  if t > clock then st.now = t end
+  if st.now - t < ceil(queued / p.rate) then
+    st.queued = queued - (st.now - t) * p.rate
   end
-  if last > now then now = last end
-  if now - last >= math.ceil(level / rate) then
-    level = 0
-  else
-    level = level - (now - last) * rate
+  return st
+end
+
+function lb.decide(st, p, n, mode)
+  local queued, skew = st.queued, st.now - clock
+  if mode == REFUND then
+    queued = max(0, queued - n * p.period)
   end
+  -- The queue ahead drains in delay µs; then this request leaves.
+  local delay = ceil(queued / p.rate)
+  if delay > 0 then delay = delay + skew end
+  local granted, retry = 0, 0
+  if mode ~= REFUND then
+    local want = n
+    if mode == ATMOST then want = min(n, floor((p.full - queued) / p.period)) end
+    if want < 1 then want = 1 end
+    if queued + want * p.period > p.full then
+      retry = ceil((queued + want * p.period - p.full) / p.rate) + skew
+    end
+    if p.max_delay > 0 and delay > p.max_delay then
+      retry = max(retry, delay - p.max_delay)
+    end
+    if retry == 0 then
+      granted = want
+      if mode ~= PEEK then queued = queued + want * p.period end
+    end
+  end
+  if queued ~= st.queued then st.queued, st.dirty = queued, true end
+  local reset = ceil(queued / p.rate)
+  if reset > 0 then reset = reset + skew end
+  if granted == 0 then delay = 0 end
+  return granted, max(0, floor((p.full - queued) / p.period)), retry, reset, delay
 end
 
--- The queue ahead drains in delay µs; then this request leaves.
-local skew = now - clock
-local delay = math.ceil(level / rate)
-if delay > 0 then delay = delay + skew end
-local retry = 0
-if level + cost > full then
-  retry = math.ceil((level + cost - full) / rate) + skew
-end
-if max_delay > 0 and delay > max_delay then
-  retry = math.max(retry, delay - max_delay)
+local function lb_encode(st, e)
+  return fmt('%d %d %d %d', st.queued, st.now, st.period, e)
 end
 
-local allowed = retry == 0
-local queued = level
-if allowed and not peek then queued = level + cost end
-local reset = math.ceil(queued / rate)
-if reset > 0 then reset = reset + skew end
-
-if allowed and not peek then
-  redis.call('HSET', key, 'l', queued, 't', now, 's', period)
-  redis.call('PEXPIRE', key, math.max(1, math.ceil(reset / 1000)))
-elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) - 1 then
-  -- A denial writes no state, but the Limit may have changed since the TTL
-  -- was set (a longer period, a lower rate): keep the state as long as it
-  -- matters now, or its expiry would hand out a fresh quota. (PTTL is
-  -- rounded down to the ms: a TTL 1 ms short is rounding, not a change.)
-  redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+function lb.save(st, p, reset, nonpeek)
+  st.period = p.period
+  persist(st, reset, nonpeek, lb_encode)
 end
-if not allowed then delay = 0 end
-return {allowed and 1 or 0, math.max(0, math.floor((full - queued) / period)), retry, reset, delay}
+
+algorithms[5] = lb

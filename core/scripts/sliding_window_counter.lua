@@ -5,85 +5,94 @@
 -- were spread evenly, so it can admit a little more or less than the exact
 -- log around bursts.
 --
--- KEYS[1]  hash {s = current window start µs, c = its count, p = previous
---          window's count}
--- ARGV[1]  period, µs
--- ARGV[2]  rate, units per window
--- ARGV[3]  n, units this request costs (1 <= n <= rate)
--- ARGV[4]  "1" to peek: decide, but count and write nothing
--- Reply    {allowed 0|1, remaining units, retry_after µs, reset_after µs, 0}
+-- State    one string key, "<start> <count> <previous> <end>": the current
+--          window's start µs, its count, the previous window's count, the
+--          key's expiry in ms (see persist)
+-- Limit    ARGV: period µs, rate units per window
 --
 -- All comparisons are multiplied through by period, so they are exact
--- integer arithmetic (rate * period < 2^53 is checked by the client).
+-- integer arithmetic (the client checks that rate * period < 2^53).
 -- retry_after and reset_after are measured from Redis' clock, so after a
--- clock step back they include the step.
-local key = KEYS[1]
-local period = tonumber(ARGV[1])
-local rate = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local peek = ARGV[4] == '1'
+-- clock step back they include the step. A refund takes units off the
+-- current window first: a refund comes soon after its request.
+local swc = {nkeys = 1, nparams = 2}
 
--- floor(a / b) for non-negative integers, exact even where the double
--- quotient rounds up to the next integer.
+-- idiv is floor(a / b) for non-negative integers, exact even where the
+-- double quotient rounds up to the next integer.
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
 
-local time = redis.call('TIME')
-local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now = clock
+function swc.params(a)
+  return {period = tonumber(ARGV[a]), rate = tonumber(ARGV[a + 1])}
+end
 
-local start = math.floor(now / period) * period
-local count, prev = 0, 0
-local state = redis.call('HMGET', key, 's', 'c', 'p')
-if state[1] then
-  local last = tonumber(state[1])
-  if last > now then now = last end
-  if now < last + period then
-    start, count, prev = last, tonumber(state[2]), tonumber(state[3])
-  elseif now < last + 2 * period then
-    start, prev = last + period, tonumber(state[2])
+function swc.load(k, vals, p)
+  local st = {key = KEYS[k], now = clock, start = floor(clock / p.period) * p.period, count = 0, prev = 0, e = 0}
+  local v = vals[k]
+  if not v then return st end
+  local raw, start, count, prev, e = match(v, '^((%d+) (%d+) (%d+)) (%d+)$')
+  if not e then corrupt(KEYS[k]) end
+  start = tonumber(start)
+  st.e, st.raw = tonumber(e), raw
+  if start > clock then st.now = start end
+  if st.now < start + p.period then
+    st.start, st.count, st.prev = start, tonumber(count), tonumber(prev)
+  elseif st.now < start + 2 * p.period then
+    st.start, st.prev = start + p.period, tonumber(count)
   else
-    start = math.floor(now / period) * period
+    st.start = floor(st.now / p.period) * p.period
   end
+  return st
 end
 
-local elapsed = now - start
-local weight = period - elapsed
-local budget = rate * period
-local allowed = prev * weight + (count + n) * period <= budget
-if allowed and not peek then count = count + n end
-
-local retry = 0
-if not allowed then
-  if count + n <= rate then
-    -- Wait in this window until prev's weight has shrunk enough.
-    retry = period - idiv((rate - count - n) * period, prev) - elapsed
-  else
-    -- Wait for the next window, where this window's count is prev.
-    retry = period - elapsed + math.max(0, period - idiv((rate - n) * period, count))
+function swc.decide(st, p, n, mode)
+  local period, rate = p.period, p.rate
+  local count, prev, granted = st.count, st.prev, 0
+  local elapsed = st.now - st.start
+  local weight = period - elapsed
+  local budget = rate * period
+  if mode == REFUND then
+    local from_count = min(count, n)
+    count, prev = count - from_count, max(0, prev - (n - from_count))
+  elseif prev * weight + (count + n) * period <= budget then
+    granted = n
+  elseif mode == ATMOST then
+    granted = min(n, idiv(max(0, budget - prev * weight - count * period), period))
   end
-  retry = retry + now - clock
+  if granted > 0 and mode ~= PEEK then count = count + granted end
+  if count ~= st.count or prev ~= st.prev then st.count, st.prev, st.dirty = count, prev, true end
+  local skew = st.now - clock
+  local retry = 0
+  if granted == 0 and mode ~= REFUND then
+    if mode == ATMOST then n = 1 end
+    if count + n <= rate then
+      -- Wait in this window until prev's weight has shrunk enough.
+      retry = period - idiv((rate - count - n) * period, prev) - elapsed
+    else
+      -- Wait for the next window, where this window's count is prev.
+      retry = period - elapsed + max(0, period - idiv((rate - n) * period, count))
+    end
+    retry = retry + skew
+  end
+  local reset = 0
+  if count > 0 then
+    reset = 2 * period - elapsed + skew
+  elseif prev > 0 then
+    reset = weight + skew
+  end
+  -- What fits now: (budget - estimate) / period units.
+  return granted, idiv(max(0, budget - prev * weight - count * period), period), retry, reset, 0
 end
 
-local reset = 0
-if count > 0 then
-  reset = 2 * period - elapsed + now - clock
-elseif prev > 0 then
-  reset = weight + now - clock
+local function swc_encode(st, e)
+  return fmt('%d %d %d %d', st.start, st.count, st.prev, e)
 end
-local remaining = math.max(0, idiv(math.max(0, budget - prev * weight - count * period), period))
 
-if allowed and not peek then
-  redis.call('HSET', key, 's', start, 'c', count, 'p', prev)
-  redis.call('PEXPIRE', key, math.max(1, math.ceil((start + 2 * period - clock) / 1000)))
-elseif not peek and reset > 0 and redis.call('PTTL', key) < math.ceil(reset / 1000) - 1 then
-  -- A denial writes no state, but the Limit may have changed since the TTL
-  -- was set (a longer period, a lower rate): keep the state as long as it
-  -- matters now, or its expiry would hand out a fresh quota. (PTTL is
-  -- rounded down to the ms: a TTL 1 ms short is rounding, not a change.)
-  redis.call('PEXPIRE', key, math.ceil(reset / 1000))
+function swc.save(st, p, reset, nonpeek)
+  persist(st, reset, nonpeek, swc_encode)
 end
-return {allowed and 1 or 0, remaining, retry, reset, 0}
+
+algorithms[3] = swc

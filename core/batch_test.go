@@ -1,0 +1,298 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// stallFirst is a redis.Hook that holds the first script call for d, so
+// that concurrent callers queue behind it, and counts script calls (not
+// the EVALSHA that a NOSCRIPT reply turns into an EVAL).
+type stallFirst struct {
+	d       time.Duration
+	scripts atomic.Int64
+	started chan struct{}
+	once    sync.Once
+}
+
+func (s *stallFirst) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *stallFirst) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := cmd.Name()
+		if name != "evalsha" && name != "eval" {
+			return next(ctx, cmd)
+		}
+		s.once.Do(func() {
+			close(s.started)
+			time.Sleep(s.d)
+		})
+		err := next(ctx, cmd)
+		if err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			s.scripts.Add(1)
+		}
+		return err
+	}
+}
+
+func (s *stallFirst) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// batchRun has callers goroutines decide at once, the first alone and the
+// others queued behind it, and returns their results in no order.
+func batchRun(t *testing.T, l *Limiter, hook *stallFirst, callers int, decide func(i int) (Result, error)) []Result {
+	t.Helper()
+	results := make([]Result, callers)
+	errs := make([]error, callers)
+	var wg sync.WaitGroup
+	wg.Go(func() { results[0], errs[0] = decide(0) })
+	<-hook.started
+	for i := 1; i < callers; i++ {
+		wg.Go(func() { results[i], errs[i] = decide(i) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("caller %d: %v", i, err)
+		}
+	}
+	if n := groupsLeft(l); n != 0 {
+		t.Errorf("%d batch groups left after every caller returned", n)
+	}
+	return results
+}
+
+// groupsLeft is how many batch groups l keeps, once the goroutine that ran
+// the last batch (it answers its callers first) is done.
+func groupsLeft(l *Limiter) int {
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		l.batch.mu.Lock()
+		n := len(l.batch.groups)
+		l.batch.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			return n
+		}
+	}
+}
+
+// TestBatchCoalescesHotKey: concurrent callers of one key queue behind the
+// call in flight and go together in the next: two script calls for 64
+// decisions, decided exactly as 64 calls at one instant would be.
+func TestBatchCoalescesHotKey(t *testing.T) {
+	for _, lim := range []Limit{
+		PerSecond(20),
+		with(PerSecond(20), SlidingWindow),
+		with(PerSecond(20), FixedWindow),
+		with(PerSecond(20), SlidingWindowCounter),
+		with(PerSecond(20), LeakyBucket),
+	} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			_, rdb := redistest.Mini(t) // the clock stands still
+			hook := &stallFirst{d: 100 * time.Millisecond, started: make(chan struct{})}
+			rdb.AddHook(hook)
+			l := opsNew(t, rdb, opsPatient)
+			const callers = 64
+			results := batchRun(t, l, hook, callers, func(int) (Result, error) {
+				return l.Allow(context.Background(), "hot", lim)
+			})
+			if got := hook.scripts.Load(); got != 2 {
+				t.Errorf("%d script calls for %d callers, want 2 (one alone, then one batch)", got, callers)
+			}
+			// At one instant, 20 pass, with Remaining 19 down to 0; the rest
+			// are denied, each with the same wait.
+			var remaining []int
+			denied := 0
+			for _, r := range results {
+				if r.Allowed {
+					remaining = append(remaining, r.Remaining)
+				} else {
+					denied++
+					if r.RetryAfter != results[0].RetryAfter && !results[0].Allowed {
+						t.Errorf("denials disagree on RetryAfter: %v and %v", r.RetryAfter, results[0].RetryAfter)
+					}
+				}
+			}
+			slices.Sort(remaining)
+			want := make([]int, 20)
+			for i := range want {
+				want[i] = i
+			}
+			if !slices.Equal(remaining, want) {
+				t.Errorf("admitted with Remaining %v, want each of 0..19 once", remaining)
+			}
+			if denied != callers-20 {
+				t.Errorf("%d denied, want %d", denied, callers-20)
+			}
+		})
+	}
+}
+
+// TestBatchAcrossKeys: on one Redis, concurrent callers of different keys
+// share script calls too, and each key is decided on its own.
+func TestBatchAcrossKeys(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	hook := &stallFirst{d: 100 * time.Millisecond, started: make(chan struct{})}
+	rdb.AddHook(hook)
+	l := opsNew(t, rdb, opsPatient)
+	const callers = 50
+	results := batchRun(t, l, hook, callers, func(i int) (Result, error) {
+		return l.AllowN(context.Background(), fmt.Sprintf("user:%d", i), PerMinute(3), 2)
+	})
+	if got := hook.scripts.Load(); got != 2 {
+		t.Errorf("%d script calls for %d callers of distinct keys, want 2", got, callers)
+	}
+	for i, r := range results {
+		if !r.Allowed || r.Remaining != 1 || r.Granted != 2 {
+			t.Errorf("caller %d: %+v, want its own key's first AllowN(2) of 3", i, r)
+		}
+	}
+}
+
+// TestBatchMixedModes: one batch may hold takes, peeks, partial takes and
+// refunds of one key; each is decided in the order it came.
+func TestBatchMixedModes(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	l := opsNew(t, rdb, opsPatient)
+	pr, err := l.prepare(PerMinute(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []request{{4, modeConsume}, {1, modePeek}, {9, modeAtMost}, {3, modeRefund}, {5, modeConsume}, {2, modeAtMost}}
+	calls := make([]*pending, len(reqs))
+	for i, r := range reqs {
+		c := &pending{n: int(r.n), mode: r.mode}
+		c.nkeys = copy(c.keys[:], stateKeys(nil, l.prefix, "k", TokenBucket, 0))
+		calls[i] = c
+	}
+	l.runBatch(pr, calls)
+	type got struct{ granted, remaining int }
+	want := []got{{4, 6}, {1, 6}, {6, 0}, {0, 3}, {0, 3}, {2, 1}}
+	for i, c := range calls {
+		if c.err != nil {
+			t.Fatalf("request %d: %v", i, c.err)
+		}
+		if g := (got{c.res.Granted, c.res.Remaining}); g != want[i] {
+			t.Errorf("request %d %+v: granted %d, remaining %d; want %+v", i, reqs[i], g.granted, g.remaining, want[i])
+		}
+	}
+}
+
+// TestBatchCallerGivesUp: a caller queued behind a slow call returns at its
+// own deadline, without an answer and without hurting the others.
+func TestBatchCallerGivesUp(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	hook := &stallFirst{d: 300 * time.Millisecond, started: make(chan struct{})}
+	rdb.AddHook(hook)
+	l := opsNew(t, rdb, opsPatient)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var first Result
+	var firstErr error
+	wg.Go(func() { first, firstErr = l.Allow(ctx, "k", PerSecond(5)) })
+	<-hook.started
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := l.Allow(short, "k", PerSecond(5))
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 200*time.Millisecond {
+		t.Errorf("queued caller with a 20ms deadline: %v after %v; want its deadline, at once", err, took)
+	}
+	var later Result
+	var laterErr error
+	wg.Go(func() { later, laterErr = l.Allow(ctx, "k", PerSecond(5)) })
+	wg.Wait()
+	if firstErr != nil || laterErr != nil || !first.Allowed || !later.Allowed {
+		t.Errorf("the others: %+v, %v and %+v, %v; want both admitted", first, firstErr, later, laterErr)
+	}
+	// The caller that gave up was never sent: only two were taken.
+	if later.Remaining != 3 {
+		t.Errorf("after two admissions Remaining is %d, want 3: the caller that gave up was counted", later.Remaining)
+	}
+	if n := groupsLeft(l); n != 0 {
+		t.Errorf("%d batch groups left", n)
+	}
+}
+
+// TestBatchFailureReachesEveryCaller: when the batch's call fails, every
+// caller in it gets the error, and the breaker hears of it.
+func TestBatchFailureReachesEveryCaller(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	hook := &stallFirst{d: 100 * time.Millisecond, started: make(chan struct{})}
+	rdb.AddHook(hook)
+	l := opsNew(t, rdb, opsPatient, WithBreaker(0, 0))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = l.Allow(ctx, "k", PerSecond(5)) })
+	<-hook.started
+	mr.SetError("MISCONF the disk is full")
+	errs := make([]error, 10)
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = l.Allow(ctx, "k", PerSecond(5)) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil || !redisFault(ctx, err) {
+			t.Errorf("caller %d: %v, want the Redis error", i, err)
+		}
+	}
+}
+
+// TestBatchingOff: WithBatching(1) sends every decision in a call of its
+// own.
+func TestBatchingOff(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	hook := &stallFirst{d: 50 * time.Millisecond, started: make(chan struct{})}
+	rdb.AddHook(hook)
+	l := opsNew(t, rdb, opsPatient, WithBatching(1))
+	if l.batch != nil {
+		t.Fatal("WithBatching(1) made a batcher")
+	}
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Go(func() { _, _ = l.Allow(context.Background(), "k", PerSecond(50)) })
+	}
+	wg.Wait()
+	if got := hook.scripts.Load(); got != 10 {
+		t.Errorf("%d script calls for 10 decisions without batching, want 10", got)
+	}
+}
+
+// TestGrouping: a single Redis batches every key, a Cluster the keys of a
+// slot, other clients (a Ring) one key.
+func TestGrouping(t *testing.T) {
+	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer single.Close()
+	defer cluster.Close()
+	defer ring.Close()
+	if g := groupingOf(single); g.of("a") != g.of("b") {
+		t.Error("one Redis: keys a and b in different groups")
+	}
+	g := groupingOf(cluster)
+	if g.of("a") == g.of("b") {
+		t.Error("a Cluster: keys of different slots in one group")
+	}
+	if want := keySlotWhole("a"); g.of("a").slot != want {
+		t.Errorf("a Cluster: key a in the group of slot %d, want %d", g.of("a").slot, want)
+	}
+	// "123456789" and its slot-mate share a group: same slot, 0x31C3.
+	if g.of("123456789") != (groupID{slot: 0x31C3}) {
+		t.Errorf("a Cluster: %+v, want slot 0x31C3", g.of("123456789"))
+	}
+	if g := groupingOf(ring); g.of("a") == g.of("b") || g.of("a") != g.of("a") {
+		t.Error("a Ring: want one group per key")
+	}
+}

@@ -1,0 +1,155 @@
+package core
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Option configures a Limiter. New reports an invalid one as an error that
+// names it.
+type Option func(*config)
+
+type config struct {
+	prefix          string
+	timeout         time.Duration
+	breakerFailures int
+	breakerCooldown time.Duration
+	denyKeys        int
+	fallback        *fallbackConfig
+	log             func() *slog.Logger
+	batch           int
+	errs            []error
+}
+
+type fallbackConfig struct{ instances, maxKeys int }
+
+func defaultConfig() config {
+	return config{
+		prefix:          "ratelimit",
+		timeout:         50 * time.Millisecond,
+		breakerFailures: 5,
+		breakerCooldown: 500 * time.Millisecond,
+		log:             slog.Default,
+		batch:           128,
+	}
+}
+
+func (c *config) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("core: "+format, args...))
+}
+
+// WithPrefix sets the first part of every Redis key the Limiter writes
+// ("<prefix>:{<key>}:<algorithm>"). Braces in it are escaped, so they cannot
+// become the hash tag. Default: "ratelimit".
+func WithPrefix(prefix string) Option {
+	return func(c *config) {
+		if prefix == "" {
+			c.fail("WithPrefix: empty prefix")
+		}
+		c.prefix = escapeBraces.Replace(prefix)
+	}
+}
+
+// WithTimeout bounds each decision, on top of the caller's context: a Redis
+// that is slower, or gone, costs a caller at most d. 0 leaves only the
+// caller's context. Default: 50ms (a healthy Redis answers in well under a
+// millisecond).
+func WithTimeout(d time.Duration) Option {
+	return func(c *config) {
+		if d < 0 {
+			c.fail("WithTimeout: negative timeout %v", d)
+		}
+		c.timeout = d
+	}
+}
+
+// WithBreaker sets the circuit breaker: after failures consecutive Redis
+// failures (errors or timeouts) spread over at least twice the Limiter's
+// timeout, calls fail at once with ErrUnavailable for cooldown; then one
+// call probes Redis, and its success closes the circuit. The time span keeps
+// a burst of concurrent timeouts during a brief hiccup (a Cluster failover
+// takes tens of milliseconds) from opening the circuit for a whole cooldown.
+// So a dead Redis costs requests nothing after the first few, and exact
+// limiting resumes within cooldown of Redis coming back, with no restart.
+// failures 0 turns the breaker off. Default: 5 failures, 500ms.
+func WithBreaker(failures int, cooldown time.Duration) Option {
+	return func(c *config) {
+		if failures < 0 || cooldown < 0 || failures > 0 && cooldown == 0 {
+			c.fail("WithBreaker: want failures >= 0 and a cooldown > 0, got %d and %v", failures, cooldown)
+		}
+		c.breakerFailures, c.breakerCooldown = failures, cooldown
+	}
+}
+
+// WithDenyCache remembers, on this instance, each key that Redis denied,
+// until its RetryAfter has passed, and denies further requests for it
+// locally, with the same Result and without a round trip. Under abusive
+// traffic on a few keys this takes most of the load off Redis.
+//
+// It never denies what Redis would admit: the remembered wait is counted
+// from before the request was sent, it applies only to the same Limit and to
+// costs at least as large, and Reset, Refund, or a call for the key under
+// another Limit, forgets it. A Reset, a Refund or another Limit used by
+// another instance is not seen: the key stays denied here until its
+// RetryAfter ends. At most maxKeys keys are remembered. Default: off.
+func WithDenyCache(maxKeys int) Option {
+	return func(c *config) {
+		if maxKeys < 1 {
+			c.fail("WithDenyCache: maxKeys must be >= 1, got %d", maxKeys)
+		}
+		c.denyKeys = maxKeys
+	}
+}
+
+// WithLocalFallback decides in process while Redis cannot answer (errors,
+// timeouts, an open circuit), instead of returning the error: each key gets
+// this instance's share of its Limit, a token bucket of 1/instances of its
+// capacity and rate, so that the instances together stay within the limit.
+// Results carry Fallback: true. A cost above the share can never pass and is
+// refused with ErrInvalidCost.
+//
+// Memory is fixed, whatever the number of keys: the buckets live in a
+// count-min sketch sized for maxKeys keys active at once. Keys that share
+// its cells may be denied early, never admitted beyond their share; with up
+// to maxKeys active keys that is rare, and with many more (a flood of
+// rotating keys) the sketch denies more, and never admits more. Default:
+// off (the error is returned, and the caller's fail policy applies).
+func WithLocalFallback(instances, maxKeys int) Option {
+	return func(c *config) {
+		if instances < 1 || maxKeys < 1 {
+			c.fail("WithLocalFallback: want instances >= 1 and maxKeys >= 1, got %d and %d", instances, maxKeys)
+		}
+		c.fallback = &fallbackConfig{instances: instances, maxKeys: maxKeys}
+	}
+}
+
+// WithLogger sets where the Limiter logs Redis failing, the circuit
+// opening, Redis answering again, and a Redis that may evict its keys: once
+// per change of state, never per request (a failure at most once per 10s
+// when failures and successes alternate, as on a Cluster with one master
+// down). nil turns logging off. Default: slog.Default(), as it is when a
+// record is logged.
+func WithLogger(log *slog.Logger) Option {
+	return func(c *config) {
+		c.log = func() *slog.Logger { return log }
+	}
+}
+
+// WithBatching bounds how many decisions of concurrent callers go into one
+// script call. While a call for a group of keys is in flight, later
+// callers for that group queue, and go together in the next call, decided
+// in order at one Redis instant exactly as separate calls would be: so a
+// lone request never waits for company, and under load Redis runs one
+// script for many decisions. A group is every key on a single Redis
+// (a *redis.Client, Sentinel included), every key of one hash slot on a
+// Cluster, and one key on other clients (a Ring). max 1 turns batching off.
+// Default: 128.
+func WithBatching(max int) Option {
+	return func(c *config) {
+		if max < 1 {
+			c.fail("WithBatching: max must be >= 1, got %d", max)
+		}
+		c.batch = max
+	}
+}

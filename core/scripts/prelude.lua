@@ -1,0 +1,68 @@
+-- Prelude: prepended to every script when the scripts are built (see
+-- scripts.go). It reads the clock once, so that every decision of one call
+-- is taken at the same Redis instant, and holds what the algorithms share.
+--
+-- Every number a script computes is an integer below 2^53, so Lua's doubles
+-- hold it exactly; the client refuses Limits whose sums could leave that
+-- range. Numbers are written into values with string.format('%d'), never
+-- with tostring, which keeps only 14 digits. A multiple assignment never
+-- mixes locals and table fields: miniredis' Lua (gopher-lua), which the
+-- tests run on, assigns such a statement wrongly inside a function.
+local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+local fmt, match = string.format, string.match
+
+-- What a request asks for (its mode in ARGV).
+local CONSUME = 0 -- take n units if n fit, else nothing
+local PEEK = 1    -- report what CONSUME would decide; change nothing
+local ATMOST = 2  -- take as many as fit, up to n (at least 1, or nothing)
+local REFUND = 3  -- give back n units taken earlier
+
+-- Redis TIME in µs. Waits are measured from it; each state keeps its own
+-- time too, and never moves back when Redis' clock does (a failover to a
+-- replica whose clock is behind), so no fresh quota is handed out.
+local clock
+do
+  local t = redis.call('TIME')
+  clock = t[1] * 1000000 + t[2]
+end
+local clock_ms = floor(clock / 1000)
+
+-- algorithms[Algorithm + 1] is an algorithm's table:
+--   nkeys, nparams  how many KEYS one state takes, and ARGV its Limit takes
+--   params(a)       the Limit read from ARGV[a ..]
+--   load(k, vals, p) the state in KEYS[k ..], whose string values are vals
+--   decide(st, p, n, mode) -> granted, remaining, retry_after µs,
+--                   reset_after µs, delay µs; it updates st and sets
+--                   st.dirty when there is something to write
+--   save(st, p, reset, nonpeek) writes st (reset: µs until it is whole)
+local algorithms = {}
+
+-- persist writes a string state, and returns the TTL it set (ms), or nil.
+-- A state that changed gets a TTL of exactly the time until its quota is
+-- whole (at least 1 ms): after that it no longer matters. A call that
+-- changed nothing (a denial) writes nothing, unless the key would expire
+-- before its quota is whole, which happens when its Limit changed to a
+-- slower one: then the expiry of the state would hand out a fresh quota, so
+-- the TTL is lengthened and the value (st.raw) kept. A TTL within 1 ms of the
+-- need is rounding, not a change. The key's end (ms) is the value's last
+-- field, so this needs no PTTL. encode(st, e) is the changed value, with
+-- end e.
+local function persist(st, reset, nonpeek, encode)
+  local ttl, value
+  if st.dirty then
+    ttl = max(1, ceil(reset / 1000))
+    value = encode(st, clock_ms + ttl)
+  elseif nonpeek and st.raw and reset > 0 and st.e - clock_ms < ceil(reset / 1000) - 1 then
+    ttl = ceil(reset / 1000)
+    value = fmt('%s %d', st.raw, clock_ms + ttl)
+  else
+    return nil
+  end
+  redis.call('SET', st.key, value, 'PX', ttl)
+  return ttl
+end
+
+-- corrupt stops the script on a value none of these scripts wrote.
+local function corrupt(key)
+  error('redlimit: ' .. key .. ' holds a value redlimit did not write')
+end
