@@ -1,26 +1,43 @@
 package nethttplimit
 
 import (
-	"fmt"
 	"net/http"
 
-	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-// New returns middleware that limits requests to limit per key (the client
-// IP unless an option says otherwise), deciding with limiter.
-//
-// New panics if the configuration is invalid (a nil limiter, an invalid
-// Limit without WithLimitFunc, an unknown header style or fail policy): at
-// start-up, never while serving.
-func New(limiter *core.Limiter, limit core.Limit, opts ...Option) func(http.Handler) http.Handler {
-	c := config{policy: core.Policy{Limiter: limiter, Limit: limit}}
+// Option configures the middleware made by New.
+type Option func(*config)
+
+type config struct {
+	skip func(*http.Request) bool
+	deny func(http.ResponseWriter, *http.Request, httplimit.Decision)
+}
+
+// WithSkip exempts the requests it reports true for (health checks,
+// internal callers): they are neither counted nor given headers.
+func WithSkip(f func(*http.Request) bool) Option {
+	return func(c *config) { c.skip = f }
+}
+
+// WithDenyHandler answers the requests that do not proceed, instead of
+// d.Status() and d.Body(); the rate-limit headers, Retry-After and
+// Content-Type are already set when it runs, and d.Outcome says why
+// (httplimit.OutcomeDenied, OutcomeFailedClosed, OutcomeNoKey, or
+// OutcomeCanceled when the client left during a LeakyBucket wait).
+func WithDenyHandler(f func(http.ResponseWriter, *http.Request, httplimit.Decision)) Option {
+	return func(c *config) { c.deny = f }
+}
+
+// New returns middleware that limits requests as p says. It panics, at
+// start-up, if p is nil.
+func New(p *httplimit.Policy, opts ...Option) func(http.Handler) http.Handler {
+	if p == nil {
+		panic("nethttplimit: New: nil Policy")
+	}
+	var c config
 	for _, opt := range opts {
 		opt(&c)
-	}
-	p, err := core.NewPolicy(c.policy)
-	if err != nil {
-		panic(fmt.Errorf("nethttplimit: %w", err))
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -29,17 +46,71 @@ func New(limiter *core.Limiter, limit core.Limit, opts ...Option) func(http.Hand
 				return
 			}
 			d := p.Decide(request{r})
-			d.WriteHeaders(w.Header().Set)
-			switch {
-			case d.Proceed():
-				next.ServeHTTP(w, r)
-			case c.deny != nil:
-				c.deny(w, r, d)
-			default:
-				w.Header().Set("Content-Type", core.ContentType)
-				w.WriteHeader(d.Status())
-				_, _ = w.Write(d.Body())
+			if !c.answer(w, r, &d) {
+				return
 			}
+			if !d.WantsStatus() {
+				next.ServeHTTP(w, r)
+				return
+			}
+			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			next.ServeHTTP(sw, r)
+			d.Finish(sw.status)
 		})
 	}
 }
+
+// answer writes d's headers and, when the request does not proceed, its
+// answer; it reports whether the request proceeds.
+func (c *config) answer(w http.ResponseWriter, r *http.Request, d *httplimit.Decision) bool {
+	d.WriteHeaders(w.Header().Set)
+	switch {
+	case d.Proceed():
+		return true
+	case c.deny != nil:
+		c.deny(w, r, *d)
+	default:
+		w.WriteHeader(d.Status())
+		_, _ = w.Write(d.Body())
+	}
+	return false
+}
+
+// Check decides r at cost n under p from inside a handler, for limits that
+// depend on what the request holds (its size, the rows it asks for): it
+// writes the rate-limit headers and, when the request may not go on, the
+// answer (429, ...), and reports whether the handler should go on.
+func Check(w http.ResponseWriter, r *http.Request, p *httplimit.Policy, n int) bool {
+	d := p.DecideN(request{r}, n)
+	return (&config{}).answer(w, r, &d)
+}
+
+// Reset forgets the state of r's key under p, so its quota is whole again
+// (after a successful login, say).
+func Reset(r *http.Request, p *httplimit.Policy) error {
+	return p.Reset(request{r})
+}
+
+// statusWriter remembers the status the handler answered with, for
+// httplimit.Config.CountIf.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if !w.wrote {
+		w.status, w.wrote = status, true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the writer's Flush, Hijack
+// and deadlines.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

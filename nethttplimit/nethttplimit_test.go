@@ -1,41 +1,39 @@
 package nethttplimit
 
 import (
-	"errors"
+	"context"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-func TestNewPanicsOnInvalidConfig(t *testing.T) {
+func newPolicy(t testing.TB, cfg httplimit.Config) *httplimit.Policy {
+	t.Helper()
 	_, rdb := redistest.Mini(t)
-	tests := []struct {
-		name    string
-		limiter *core.Limiter
-		limit   core.Limit
-		opts    []Option
-		want    string
-	}{
-		{"nil limiter", nil, core.PerSecond(1), nil, "Policy.Limiter is nil"},
-		{"zero limit", core.New(rdb), core.Limit{}, nil, "Policy.Limit"},
-		{"unknown headers", core.New(rdb), core.PerSecond(1), []Option{WithHeaders(42)}, "Headers"},
-		{"unknown fail policy", core.New(rdb), core.PerSecond(1), []Option{WithFailPolicy(42)}, "Fail"},
+	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			defer func() {
-				err, _ := recover().(error)
-				if err == nil || !strings.HasPrefix(err.Error(), "nethttplimit: ") || !strings.Contains(err.Error(), tt.want) {
-					t.Errorf("panic: got %v, want an error starting nethttplimit: and mentioning %q", err, tt.want)
-				}
-			}()
-			New(tt.limiter, tt.limit, tt.opts...)
-		})
+	cfg.Limiter = l
+	p, err := httplimit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return p
+}
+
+func TestNewPanicsOnNilPolicy(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("New(nil) did not panic")
+		}
+	}()
+	New(nil)
 }
 
 func TestRoute(t *testing.T) {
@@ -54,27 +52,51 @@ func TestRoute(t *testing.T) {
 	}
 }
 
-// TestKeyFuncError: a request the key function cannot key goes to the error
-// handler and, failing open, to the handler.
-func TestKeyFuncError(t *testing.T) {
-	_, rdb := redistest.Mini(t)
-	var got error
-	errNoUser := errors.New("no user")
-	h := New(core.New(rdb, core.WithPrefix(t.Name())), core.PerSecond(1),
-		WithKeyFunc(func(*http.Request) (string, error) { return "", errNoUser }),
-		WithErrorHandler(func(_ *http.Request, err error) { got = err }),
-	)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+type userKey struct{}
+
+// TestKeyByContextValue: the user an earlier middleware stored keys the
+// request; a request without one is refused, not served unlimited.
+func TestKeyByContextValue(t *testing.T) {
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(1), Key: KeyByContextValue(userKey{})})
+	h := New(p)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	serve := func(user string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		if user != "" {
+			r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		return rec.Code
+	}
+	for _, tt := range []struct {
+		user string
+		want int
+	}{{"alice", 204}, {"alice", 429}, {"bob", 204}, {"", 400}} {
+		if got := serve(tt.user); got != tt.want {
+			t.Errorf("user %q: %d, want %d", tt.user, got, tt.want)
+		}
+	}
+}
+
+// TestStatusWriterKeepsController: counting by status wraps the writer,
+// and http.ResponseController still reaches Flush through it.
+func TestStatusWriterKeepsController(t *testing.T) {
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(5), CountIf: httplimit.CountFailed})
+	var flushErr error
+	h := New(p)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusAccepted)
+		flushErr = http.NewResponseController(w).Flush()
+	}))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
-	if rec.Code != http.StatusNoContent || !errors.Is(got, errNoUser) {
-		t.Errorf("got status %d and error %v, want 204 and %v", rec.Code, got, errNoUser)
+	if rec.Code != http.StatusAccepted || flushErr != nil || !rec.Flushed {
+		t.Errorf("status %d, Flush %v (flushed %v); want 202 and a flush", rec.Code, flushErr, rec.Flushed)
 	}
 }
 
 func BenchmarkMiddleware(b *testing.B) {
-	_, rdb := redistest.Mini(b)
-	h := New(core.New(rdb, core.WithPrefix(b.Name())), core.PerSecond(1<<30))(
-		http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	p := newPolicy(b, httplimit.Config{Limit: core.PerSecond(1 << 30)})
+	h := New(p)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	req := httptest.NewRequest("GET", "/", nil)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -56,12 +56,22 @@ func newMini(t *testing.T, stops bool) *backend {
 	mr, rdb := redistest.Mini(t)
 	prefix := uniquePrefix(t)
 	return &backend{
-		limiter: core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(timeout(stops))),
+		limiter: newLimiter(t, rdb, prefix, stops),
 		prefix:  prefix,
 		rdb:     rdb,
 		stop:    mr.Close,
 		exact:   true,
 	}
+}
+
+// newLimiter is the scenario's Limiter: quiet, under its own prefix.
+func newLimiter(t *testing.T, rdb redis.UniversalClient, prefix string, stops bool) *core.Limiter {
+	t.Helper()
+	l, err := core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(timeout(stops)), core.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // realRedis is the client for REDIS_URL, shared by the scenarios.
@@ -85,7 +95,7 @@ func newReal(t *testing.T, rdb *redis.Client, stops bool) *backend {
 		t.Cleanup(func() { _ = client.Close() })
 		b.stop = p.close
 	}
-	b.limiter = core.New(client, core.WithPrefix(prefix), core.WithTimeout(timeout(stops)))
+	b.limiter = newLimiter(t, client, prefix, stops)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -105,7 +115,8 @@ var unescape = strings.NewReplacer("%7B", "{", "%7D", "}", "%23", "#", "%25", "%
 
 // keys lists the keys the scenario wrote as "<policy name>:<key>", without
 // the Limiter's prefix and algorithm suffix ("<prefix>:{<name>:<key>}:<alg>")
-// and with core's escaping of braces undone.
+// and with core's escaping of braces undone; a state of several Redis keys
+// (the sliding window's) is listed once.
 func (b *backend) keys(t *testing.T) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

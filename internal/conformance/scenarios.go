@@ -1,11 +1,11 @@
 package conformance
 
 import (
-	"net/netip"
 	"strconv"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
 // Scenario is one behaviour, as the steps a client takes and what it must
@@ -54,8 +54,6 @@ type Want struct {
 	// Event is the outcome the Observer must be told ("allowed", ...), ""
 	// for none (a skipped request).
 	Event string
-	// Errors is how many times the error hook must be called.
-	Errors int
 	// MinTook and MaxTook (if > 0) bound how long the round trip takes.
 	MinTook, MaxTook time.Duration
 }
@@ -68,16 +66,17 @@ const AnyReset = time.Duration(-1)
 
 const (
 	ok          = "ok"
-	jsonType    = core.ContentType
-	unavailable = `{"error":"rate limiter unavailable"}`
-	canceled    = `{"error":"request canceled"}`
+	jsonType    = "application/json"
+	unavailable = "{\"error\":\"rate limiter unavailable\"}\n"
+	canceled    = "{\"error\":\"request canceled\"}\n"
+	noKey       = "{\"error\":\"missing rate limit key\"}\n"
 	peer        = "ip:192.0.2.1"
 	// slack is what a loaded machine may add to a bound on a round trip.
 	slack = time.Second
 )
 
 func denied(retryAfter int) string {
-	return `{"error":"rate limit exceeded","retry_after":` + strconv.Itoa(retryAfter) + `}`
+	return `{"error":"rate limit exceeded","retry_after":` + strconv.Itoa(retryAfter) + "}\n"
 }
 
 // xrl is the X-RateLimit set without Reset (see Want.ResetIn), plus extras.
@@ -105,9 +104,26 @@ func deniedWant(limit string, retryAfter int, resetIn time.Duration) Want {
 
 func one(c Config) []Config { return []Config{c} }
 
+// cfg is a Config of c and no framework hooks.
+func cfg(c httplimit.Config) Config { return Config{Config: c} }
+
 func perMinute(n int) core.Limit { return core.PerMinute(n) }
 
-var trustedProxies = &core.ClientIP{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+// byIP keys by the client IP, with the given ClientIP.
+func byIP(c httplimit.ClientIP) httplimit.KeyFunc {
+	k, err := httplimit.KeyByIP(c)
+	if err != nil {
+		panic(err) // the table's own ClientIPs are valid
+	}
+	return k
+}
+
+var (
+	trusted     = []string{"10.0.0.0/8"}
+	defaultIP   = byIP(httplimit.ClientIP{})
+	apiKeyOrIP  = httplimit.KeyFirst(httplimit.KeyByHeader("X-API-Key"), defaultIP)
+	onlyHeaders = httplimit.Headers{}
+)
 
 func costHeader(r Req) int {
 	n, err := strconv.Atoi(r.Header("X-Cost"))
@@ -121,13 +137,19 @@ func costHeader(r Req) int {
 var Scenarios = []Scenario{
 	{
 		Name:    "allowed_sends_x_ratelimit",
-		Configs: one(Config{Limit: perMinute(3)}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3)})),
 		Steps:   []Step{{Want: allowed("3", "2", 20*time.Second)}},
 		Keys:    []string{"http:" + peer},
 	},
 	{
+		Name:    "default_limit_is_10_per_second",
+		Configs: one(cfg(httplimit.Config{})),
+		Steps:   []Step{{Want: allowed("10", "9", 100*time.Millisecond)}},
+		Keys:    []string{"http:" + peer},
+	},
+	{
 		Name:    "denied_429_retry_after_json",
-		Configs: one(Config{Limit: perMinute(2)}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(2)})),
 		Steps: []Step{
 			{Want: allowed("2", "1", 30*time.Second)},
 			{Want: allowed("2", "0", time.Minute)},
@@ -136,33 +158,35 @@ var Scenarios = []Scenario{
 		Keys: []string{"http:" + peer},
 	},
 	{
+		// A refused response's t is its Retry-After (30), not the time
+		// until the quota is whole (60).
 		Name:    "headers_ietf",
-		Configs: one(Config{Name: "api", Limit: perMinute(2), Headers: core.HeadersIETF}),
+		Configs: one(cfg(httplimit.Config{Name: "api", Limit: perMinute(2), Headers: httplimit.Headers{httplimit.IETF{}}})),
 		Steps: []Step{
 			{Want: Want{Status: 200, Body: ok, Event: "allowed",
 				Header: hdr("RateLimit-Policy", `"api";q=2;w=60`, "RateLimit", `"api";r=1;t=30`)}},
 			{Want: Want{Status: 200, Body: ok, Event: "allowed",
 				Header: hdr("RateLimit-Policy", `"api";q=2;w=60`, "RateLimit", `"api";r=0;t=60`)}},
 			{Want: Want{Status: 429, Body: denied(30), ContentType: jsonType, Event: "denied",
-				Header: hdr("RateLimit-Policy", `"api";q=2;w=60`, "RateLimit", `"api";r=0;t=60`, "Retry-After", "30")}},
+				Header: hdr("RateLimit-Policy", `"api";q=2;w=60`, "RateLimit", `"api";r=0;t=30`, "Retry-After", "30")}},
 		},
 		Keys: []string{"api:" + peer},
 	},
 	{
 		Name:    "headers_both",
-		Configs: one(Config{Limit: perMinute(2), Headers: core.HeadersBoth}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(2), Headers: httplimit.Headers{httplimit.XRateLimit{}, httplimit.IETF{}}})),
 		Steps: []Step{
 			{Want: Want{Status: 200, Body: ok, Event: "allowed", ResetIn: 30 * time.Second,
 				Header: xrl("2", "1", "RateLimit-Policy", `"http";q=2;w=60`, "RateLimit", `"http";r=1;t=30`)}},
 			{Want: allowedBoth()},
 			{Want: Want{Status: 429, Body: denied(30), ContentType: jsonType, Event: "denied", ResetIn: time.Minute,
-				Header: xrl("2", "0", "RateLimit-Policy", `"http";q=2;w=60`, "RateLimit", `"http";r=0;t=60`, "Retry-After", "30")}},
+				Header: xrl("2", "0", "RateLimit-Policy", `"http";q=2;w=60`, "RateLimit", `"http";r=0;t=30`, "Retry-After", "30")}},
 		},
 		Keys: []string{"http:" + peer},
 	},
 	{
 		Name:    "headers_none",
-		Configs: one(Config{Limit: perMinute(1), Headers: core.HeadersNone}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Headers: onlyHeaders})),
 		Steps: []Step{
 			{Want: Want{Status: 200, Body: ok, Event: "allowed"}},
 			{Want: Want{Status: 429, Body: denied(60), ContentType: jsonType, Event: "denied", Header: hdr("Retry-After", "60")}},
@@ -171,7 +195,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "spoofed_forwarding_headers_ignored_from_untrusted_peer",
-		Configs: one(Config{Limit: perMinute(3)}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3)})),
 		Steps: []Step{
 			{Header: hdr("X-Forwarded-For", "203.0.113.7"), Want: allowed("3", "2", 20*time.Second)},
 			{Header: hdr("X-Real-IP", "203.0.113.8"), Want: allowed("3", "1", 40*time.Second)},
@@ -181,7 +205,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "trusted_proxy_honoured_right_to_left",
-		Configs: one(Config{Limit: perMinute(3), ClientIP: trustedProxies}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Key: byIP(httplimit.ClientIP{TrustedProxies: trusted})})),
 		Steps: []Step{
 			{Remote: "10.0.0.1:5000", Header: hdr("X-Forwarded-For", "198.51.100.9, 203.0.113.7, 10.0.0.2"),
 				Want: allowed("3", "2", 20*time.Second)},
@@ -198,8 +222,8 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "trusted_proxy_forwarded_header",
-		Configs: one(Config{Limit: perMinute(3), ClientIP: &core.ClientIP{
-			TrustedProxies: trustedProxies.TrustedProxies, Header: "Forwarded"}}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3),
+			Key: byIP(httplimit.ClientIP{TrustedProxies: trusted, Header: "Forwarded"})})),
 		Steps: []Step{
 			{Remote: "10.0.0.1:5000", Header: hdr("Forwarded", `for=198.51.100.9, for="203.0.113.7:4711";proto=https`,
 				"X-Forwarded-For", "198.51.100.9"),
@@ -209,7 +233,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "ipv6_grouped_by_64",
-		Configs: one(Config{Limit: perMinute(3)}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3)})),
 		Steps: []Step{
 			{Remote: "[2001:db8::1]:1000", Want: allowed("3", "2", 20*time.Second)},
 			{Remote: "[2001:db8::ffff:1]:1001", Want: allowed("3", "1", 40*time.Second)},
@@ -221,7 +245,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "header_key_with_ip_fallback",
-		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByHeader("X-API-Key", core.KeyByIP(nil))}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Key: apiKeyOrIP})),
 		Steps: []Step{
 			{Header: hdr("X-API-Key", "k1"), Want: allowed("3", "2", 20*time.Second)},
 			{Header: hdr("X-API-Key", "k1"), Remote: "198.51.100.1:1", Want: allowed("3", "1", 40*time.Second)},
@@ -231,28 +255,45 @@ var Scenarios = []Scenario{
 		Keys: []string{"http:h:X-Api-Key:k1", "http:h:X-Api-Key:k2", "http:" + peer},
 	},
 	{
-		Name:    "header_key_missing_fails_open",
-		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByHeader("X-API-Key", nil)}),
+		// Leaving the header out must not be a way around the limit.
+		Name:    "header_key_missing_refused",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key")})),
 		Steps: []Step{
-			{Want: Want{Status: 200, Body: ok, Event: "failed_open", Errors: 1}},
+			{Want: Want{Status: 400, Body: noKey, ContentType: jsonType, Event: "no_key"}},
+			{Want: Want{Status: 400, Body: noKey, ContentType: jsonType, Event: "no_key"}},
+			{Header: hdr("X-API-Key", "k1"), Want: allowed("1", "0", time.Minute)},
+		},
+		Keys: []string{"http:h:X-Api-Key:k1"},
+	},
+	{
+		Name: "header_key_missing_served_when_opted_in",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key"),
+			ServeUnkeyed: true})),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Event: "no_key"}},
+			{Want: Want{Status: 200, Body: ok, Event: "no_key"}},
 		},
 		Keys: []string{},
 	},
 	{
 		Name: "framework_key_func",
-		Configs: one(Config{Limit: perMinute(1), KeyFunc: func(r Req) (string, error) {
-			return "user:" + r.Header("X-User"), nil
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(1)}, KeyFunc: func(r Req) (string, error) {
+			if u := r.Header("X-User"); u != "" {
+				return "user:" + u, nil
+			}
+			return "", nil // no user: no key
 		}}),
 		Steps: []Step{
 			{Header: hdr("X-User", "alice"), Want: allowed("1", "0", time.Minute)},
 			{Header: hdr("X-User", "alice"), Remote: "198.51.100.1:1", Want: deniedWant("1", 60, time.Minute)},
 			{Header: hdr("X-User", "bob"), Want: allowed("1", "0", time.Minute)},
+			{Want: Want{Status: 400, Body: noKey, ContentType: jsonType, Event: "no_key"}},
 		},
 		Keys: []string{"http:user:alice", "http:user:bob"},
 	},
 	{
 		Name:    "route_key_uses_pattern",
-		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByRoute()}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Key: httplimit.KeyByRoute()})),
 		Steps: []Step{
 			{Path: "/items/1", Want: allowed("3", "2", 20*time.Second)},
 			{Path: "/items/2", Remote: "198.51.100.1:1", Want: allowed("3", "1", 40*time.Second)},
@@ -261,8 +302,20 @@ var Scenarios = []Scenario{
 		Keys: []string{"http:route:GET /items/:id", "http:route:GET /"},
 	},
 	{
+		Name:    "route_and_ip_joined",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Key: httplimit.KeyJoin(defaultIP, httplimit.KeyByRoute())})),
+		Steps: []Step{
+			{Path: "/items/1", Want: allowed("3", "2", 20*time.Second)},
+			{Path: "/items/2", Want: allowed("3", "1", 40*time.Second)},
+			{Path: "/", Want: allowed("3", "2", 20*time.Second)},
+			{Path: "/items/3", Remote: "198.51.100.1:1", Want: allowed("3", "2", 20*time.Second)},
+		},
+		Keys: []string{"http:" + peer + "|route:GET /items/:id", "http:" + peer + "|route:GET /",
+			"http:ip:198.51.100.1|route:GET /items/:id"},
+	},
+	{
 		Name: "skip",
-		Configs: one(Config{Limit: perMinute(1), Skip: func(r Req) bool {
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(1)}, Skip: func(r Req) bool {
 			return r.Path == "/healthz"
 		}}),
 		Steps: []Step{
@@ -276,7 +329,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "cost",
-		Configs: one(Config{Limit: perMinute(5), Cost: costHeader}),
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(5)}, Cost: costHeader}),
 		Steps: []Step{
 			{Header: hdr("X-Cost", "3"), Want: allowed("5", "2", 36*time.Second)},
 			// 2 left, 3 asked: one more unit refills in 12s.
@@ -286,15 +339,14 @@ var Scenarios = []Scenario{
 			// A cost above the capacity can never pass: a caller error,
 			// answered closed whatever the fail policy.
 			{Header: hdr("X-Cost", "6"), Want: Want{Status: 503, Body: unavailable, ContentType: jsonType,
-				Header: hdr("Retry-After", "1"), Event: "failed_closed", Errors: 1}},
+				Header: hdr("Retry-After", "1"), Event: "failed_closed"}},
 		},
 		Keys: []string{"http:" + peer},
 	},
 	{
 		Name: "per_route_limit",
-		Configs: one(Config{Limit: perMinute(3), Key: core.KeyByRoute(), LimitFunc: func(r Req) (core.Limit, bool) {
-			return perMinute(1), r.Path == "/search"
-		}}),
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(3), Key: httplimit.KeyByRoute()},
+			LimitFunc: func(r Req) (core.Limit, bool) { return perMinute(1), r.Path == "/search" }}),
 		Steps: []Step{
 			{Path: "/search", Want: allowed("1", "0", time.Minute)},
 			{Path: "/search", Want: deniedWant("1", 60, time.Minute)},
@@ -304,7 +356,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "per_tenant_limit",
-		Configs: one(Config{Limit: perMinute(2), Key: core.KeyByHeader("X-API-Key", core.KeyByIP(nil)),
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(2), Key: apiKeyOrIP},
 			LimitFunc: func(r Req) (core.Limit, bool) { return perMinute(10), r.Header("X-Plan") == "paid" }}),
 		Steps: []Step{
 			{Header: hdr("X-API-Key", "k1", "X-Plan", "paid"), Want: allowed("10", "9", 6*time.Second)},
@@ -314,7 +366,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "dry_run_never_denies",
-		Configs: one(Config{Limit: perMinute(1), DryRun: true}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), DryRun: true})),
 		Steps: []Step{
 			{Want: allowed("1", "0", time.Minute)},
 			{Want: Want{Status: 200, Body: ok, Header: xrl("1", "0"), ResetIn: time.Minute, Event: "denied"}},
@@ -323,7 +375,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name: "custom_deny_handler",
-		Configs: one(Config{Limit: perMinute(1), Deny: func(_ Req, d core.Decision) (int, string) {
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(1)}, Deny: func(_ Req, d httplimit.Decision) (int, string) {
 			return 429, "slow down; retry in " + strconv.FormatInt(d.RetryAfter(), 10) + "s"
 		}}),
 		Steps: []Step{
@@ -334,26 +386,64 @@ var Scenarios = []Scenario{
 		Keys: []string{"http:" + peer},
 	},
 	{
+		// Only the failed logins (401) count: a success gives its unit back.
+		Name:    "count_failed_only",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(2), CountIf: httplimit.CountFailed})),
+		Steps: []Step{
+			{Want: allowed("2", "1", 30*time.Second)},
+			{Want: allowed("2", "1", 30*time.Second)},
+			{Path: "/login", Want: Want{Status: 401, Body: "bad password", Header: xrl("2", "1"), ResetIn: 30 * time.Second, Event: "allowed"}},
+			{Path: "/login", Want: Want{Status: 401, Body: "bad password", Header: xrl("2", "0"), ResetIn: time.Minute, Event: "allowed"}},
+			{Want: deniedWant("2", 30, time.Minute)},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		// From inside a handler: a limit on what the request holds.
+		Name: "check_inside_handler",
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(100)},
+			Check: &httplimit.Config{Name: "bytes", Limit: perMinute(1000)}}),
+		Steps: []Step{
+			{Path: "/upload", Header: hdr("X-Cost", "600"), Want: Want{Status: 200, Body: "stored",
+				Header: xrl("1000", "400"), ResetIn: 36 * time.Second, Event: "allowed"}},
+			{Path: "/upload", Header: hdr("X-Cost", "600"), Want: Want{Status: 429, Body: denied(12), ContentType: jsonType,
+				Header: xrl("1000", "400", "Retry-After", "12"), ResetIn: 36 * time.Second, Event: "denied"}},
+		},
+		Keys: []string{"bytes:" + peer},
+	},
+	{
+		// After a successful login, say: the key's quota is whole again.
+		Name:    "reset_inside_handler",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1)})),
+		Steps: []Step{
+			{Want: allowed("1", "0", time.Minute)},
+			{Want: deniedWant("1", 60, time.Minute)},
+			{Path: "/reset", Want: Want{Status: 204}},
+			{Want: allowed("1", "0", time.Minute)},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
 		Name:    "fail_open_redis_stopped",
-		Configs: one(Config{Limit: perMinute(3)}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3)})),
 		Steps: []Step{
 			{Want: allowed("3", "2", 20*time.Second)},
-			{StopRedis: true, Want: Want{Status: 200, Body: ok, Event: "failed_open", Errors: 1, MaxTook: StopTimeout + slack}},
+			{StopRedis: true, Want: Want{Status: 200, Body: ok, Event: "failed_open", MaxTook: StopTimeout + slack}},
 		},
 	},
 	{
 		Name:    "fail_closed_redis_stopped",
-		Configs: one(Config{Limit: perMinute(3), Fail: core.FailClosed}),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Fail: httplimit.FailClosed})),
 		Steps: []Step{
 			{StopRedis: true, Want: Want{Status: 503, Body: unavailable, ContentType: jsonType,
-				Header: hdr("Retry-After", "1"), Event: "failed_closed", Errors: 1, MaxTook: StopTimeout + slack}},
+				Header: hdr("Retry-After", "1"), Event: "failed_closed", MaxTook: StopTimeout + slack}},
 		},
 	},
 	{
 		// 1 per 2s: requests leave two seconds apart.
 		Name: "leaky_bucket_waits_and_honours_cancel",
-		Configs: one(Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 2 * time.Second, Burst: 5},
-			MaxWait: 10 * time.Second}),
+		Configs: one(cfg(httplimit.Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 2 * time.Second, Burst: 5},
+			MaxWait: 10 * time.Second})),
 		Steps: []Step{
 			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MaxTook: slack}},
 			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MinTook: 1500 * time.Millisecond}},
@@ -367,8 +457,8 @@ var Scenarios = []Scenario{
 	{
 		// One per 10s, held at most 1s: the second request would wait 10s.
 		Name: "leaky_bucket_max_wait",
-		Configs: one(Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 10 * time.Second, Burst: 5},
-			MaxWait: time.Second}),
+		Configs: one(cfg(httplimit.Config{Limit: core.Limit{Algorithm: core.LeakyBucket, Rate: 1, Period: 10 * time.Second, Burst: 5},
+			MaxWait: time.Second})),
 		Steps: []Step{
 			{Want: Want{Status: 200, Body: ok, Header: xrl("5", Any), ResetIn: AnyReset, Event: "allowed", MaxTook: slack}},
 			{Want: Want{Status: 429, Body: denied(9), ContentType: jsonType, Header: xrl("5", Any, "Retry-After", "9"),
@@ -377,8 +467,11 @@ var Scenarios = []Scenario{
 		Keys: []string{"http:" + peer},
 	},
 	{
-		Name:    "two_policies_do_not_share_counters",
-		Configs: []Config{{Name: "a", Limit: perMinute(1)}, {Name: "b", Limit: perMinute(1)}},
+		Name: "two_policies_do_not_share_counters",
+		Configs: []Config{
+			cfg(httplimit.Config{Name: "a", Limit: perMinute(1)}),
+			cfg(httplimit.Config{Name: "b", Limit: perMinute(1)}),
+		},
 		Steps: []Step{
 			{Handler: 0, Want: allowed("1", "0", time.Minute)},
 			{Handler: 0, Want: deniedWant("1", 60, time.Minute)},

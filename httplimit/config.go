@@ -1,0 +1,249 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Config is the rate limit of an HTTP route or app, shared by every
+// adapter. New checks it and compiles it into a Policy; the adapters take
+// the Policy. Only Limiter is required.
+type Config struct {
+	// Limiter decides, in Redis. Required.
+	Limiter *core.Limiter
+
+	// Limit applies to every request, unless LimitFunc chooses another.
+	// Default: 10 per second per key (core.PerSecond(10)).
+	Limit core.Limit
+
+	// LimitFunc chooses the Limit per request (a tenant's tier, an
+	// override read with core.Overrides); its second result false means
+	// "use Limit". A key keeps one state whatever Limit it is decided
+	// under, as after a change of its Limit: that is what tiers need. For
+	// routes with limits of their own, give them keys of their own
+	// (KeyJoin with KeyByRoute), or one Policy each, with its own Name.
+	// Default: none.
+	LimitFunc func(Request) (core.Limit, bool)
+
+	// Layers are further limits on the same key, decided atomically with
+	// Limit in one round trip (Limit 10 per second, Layers 1000 per hour):
+	// a request is admitted only if all admit, and takes from all. At most
+	// 7. The X-RateLimit headers report the strictest; the IETF fields list
+	// every layer. Default: none.
+	Layers []core.Limit
+
+	// Global, if set, is a ceiling shared by all keys (5000 per second for
+	// the whole API). It is decided after the key's layers admit, as a
+	// second round trip on its own key: on a Redis Cluster one key for
+	// everyone lives on one shard, so checking it only for requests the
+	// key's layers admitted keeps that shard's load to the admitted rate.
+	// A request the Global denies has still used its key's quota.
+	// Default: none.
+	Global *core.Limit
+
+	// Name namespaces the keys, so two Policies never share counters, and
+	// names the IETF policy. Default: "http".
+	Name string
+
+	// Key chooses what a request is limited by. Default: the client IP,
+	// the address of the peer (KeyByIP with the zero ClientIP).
+	Key KeyFunc
+
+	// ServeUnkeyed serves a request the key function cannot key (a
+	// missing header, no route, no peer address) without any limit. By
+	// default such a request is refused with 400 and
+	// {"error":"missing rate limit key"}: otherwise leaving the key out
+	// would be a way around the limit. Turn it on only where every request
+	// that matters has a key. Default: false.
+	ServeUnkeyed bool
+
+	// Cost says how many units a request costs (its size, say). A cost
+	// below 1 or above the Limit's capacity can never be admitted and is
+	// refused with 503, even when failing open. Default: 1.
+	Cost func(Request) int
+
+	// CountIf, if set, counts only the requests whose response status it
+	// reports true for: CountFailed counts failed logins, so a brute force
+	// is limited and users who log in are not. A request still needs a unit
+	// free to proceed, and takes it; when the handler's status does not
+	// count, the unit is given back (Limiter.Refund). So concurrent
+	// requests never pass beyond the limit: the only error is on the strict
+	// side, a request in flight holding its unit until it ends. SlidingWindow
+	// cannot give units back and cannot be used with it. Default: every
+	// request counts.
+	CountIf func(status int) bool
+
+	// Headers are the rate-limit response fields, a list of styles.
+	// Default (nil): Headers{XRateLimit{}}. An empty Headers{} sends none;
+	// refused requests still carry Retry-After.
+	Headers Headers
+
+	// Fail says what a request gets when Redis fails or is slower than the
+	// Limiter's timeout. Default: FailOpen.
+	Fail FailPolicy
+
+	// DryRun decides, counts and sends headers but never refuses nor
+	// delays a request, not even one it cannot key or when failing closed:
+	// for rolling a limit out safely. The Observer still sees each outcome.
+	// Default: false.
+	DryRun bool
+
+	// MaxWait caps how long a core.LeakyBucket request is held before it
+	// proceeds; one that would wait longer is denied without using
+	// capacity. It only ever lowers a Limit's own MaxDelay. Default (0): the
+	// Limit's MaxDelay, or when that is 0 too the time a full queue takes
+	// to drain (Burst × Period / Rate: Period when Burst is Rate).
+	MaxWait time.Duration
+
+	// Observer, if set, is told of every decision (for metrics). Default:
+	// none.
+	Observer Observer
+}
+
+// CountFailed is a Config.CountIf that counts the requests that failed
+// (status 400 and above): failed logins, say.
+func CountFailed(status int) bool { return status >= 400 }
+
+// FailPolicy says what a request gets when the Limiter fails: Redis down,
+// or slower than the Limiter's timeout. Its text form is "open" or
+// "closed".
+type FailPolicy uint8
+
+const (
+	// FailOpen serves the request, without rate-limit headers. Default.
+	FailOpen FailPolicy = iota
+	// FailClosed answers 503 with Retry-After: 1.
+	FailClosed
+)
+
+var failNames = [...]string{FailOpen: "open", FailClosed: "closed"}
+
+// String returns "open" or "closed".
+func (f FailPolicy) String() string {
+	if int(f) < len(failNames) {
+		return failNames[f]
+	}
+	return "FailPolicy(" + strconv.Itoa(int(f)) + ")"
+}
+
+// MarshalText returns "open" or "closed".
+func (f FailPolicy) MarshalText() ([]byte, error) {
+	if int(f) >= len(failNames) {
+		return nil, fmt.Errorf("httplimit: FailPolicy %d is unknown", f)
+	}
+	return []byte(failNames[f]), nil
+}
+
+// UnmarshalText parses "open" or "closed".
+func (f *FailPolicy) UnmarshalText(text []byte) error {
+	for i, name := range failNames {
+		if string(text) == name {
+			*f = FailPolicy(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("httplimit: unknown fail policy %q, want open or closed", text)
+}
+
+// defaultLimit is Config.Limit's default.
+var defaultLimit = core.PerSecond(10)
+
+// New checks cfg and compiles it into a Policy, with an error that names
+// the field it cannot use.
+func New(cfg Config) (*Policy, error) {
+	if cfg.Limiter == nil {
+		return nil, errors.New("httplimit: Config.Limiter is nil")
+	}
+	p := &Policy{
+		limiter: cfg.Limiter, limit: cfg.Limit, limitFunc: cfg.LimitFunc, name: cfg.Name, key: cfg.Key,
+		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, headers: cfg.Headers,
+		fail: cfg.Fail, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observer: cfg.Observer,
+	}
+	if p.limit == (core.Limit{}) {
+		p.limit = defaultLimit
+	}
+	if err := p.limit.Validate(); err != nil {
+		return nil, fmt.Errorf("httplimit: Config.Limit: %w", err)
+	}
+	if len(cfg.Layers) > 7 {
+		return nil, fmt.Errorf("httplimit: Config.Layers: at most 7, got %d", len(cfg.Layers))
+	}
+	limits := append([]core.Limit{p.limit}, cfg.Layers...)
+	for i, l := range cfg.Layers {
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("httplimit: Config.Layers[%d]: %w", i, err)
+		}
+		p.layers = append(p.layers, p.capWait(l))
+	}
+	if cfg.Global != nil {
+		if err := cfg.Global.Validate(); err != nil {
+			return nil, fmt.Errorf("httplimit: Config.Global: %w", err)
+		}
+		g := p.capWait(*cfg.Global)
+		p.global = &g
+		limits = append(limits, g)
+	}
+	if p.countIf != nil {
+		for _, l := range limits {
+			if l.Algorithm == core.SlidingWindow {
+				return nil, errors.New("httplimit: Config.CountIf gives units back, which SlidingWindow cannot: use SlidingWindowCounter")
+			}
+		}
+	}
+	if p.name == "" {
+		p.name = "http"
+	}
+	if p.key == nil {
+		p.key = defaultKey
+	}
+	if p.headers == nil {
+		p.headers = Headers{XRateLimit{}}
+	}
+	for i, h := range p.headers {
+		if h == nil {
+			return nil, fmt.Errorf("httplimit: Config.Headers[%d] is nil", i)
+		}
+	}
+	if int(p.fail) >= len(failNames) {
+		return nil, fmt.Errorf("httplimit: Config.Fail %d is unknown", p.fail)
+	}
+	if p.maxWait < 0 {
+		return nil, fmt.Errorf("httplimit: Config.MaxWait must be >= 0, got %v", p.maxWait)
+	}
+	p.quotedName = strconv.Quote(strings.Map(func(r rune) rune {
+		if r < 0x20 || r > 0x7e {
+			return '_'
+		}
+		return r
+	}, p.name))
+	p.globalKey = p.name + "|global"
+	return p, nil
+}
+
+// defaultKey is the client IP: the peer's address, IPv6 by /64.
+var defaultKey = func() KeyFunc {
+	k, _ := KeyByIP(ClientIP{}) // the zero ClientIP is always valid
+	return k
+}()
+
+// capWait applies MaxWait to a LeakyBucket limit: it only ever lowers
+// the Limit's own MaxDelay.
+func (p *Policy) capWait(l core.Limit) core.Limit {
+	if l.Algorithm != core.LeakyBucket {
+		return l
+	}
+	limit := p.maxWait
+	if limit == 0 && l.MaxDelay == 0 && l.Rate > 0 {
+		// The time a full queue takes to drain: Period when Burst == Rate.
+		limit = time.Duration(float64(l.Period) * float64(l.Capacity()) / float64(l.Rate))
+	}
+	if limit > 0 && (l.MaxDelay == 0 || limit < l.MaxDelay) {
+		l.MaxDelay = limit
+	}
+	return l
+}

@@ -1,0 +1,114 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Request is what a Policy reads from an HTTP request. Each adapter
+// implements it over its framework's request, and gives the framework's own
+// request back to the hooks (ginlimit.Context, echolimit.Context, ...).
+type Request interface {
+	// Context is the request's context: it bounds the decision and any wait.
+	Context() context.Context
+	// RemoteAddr is the peer's address, "ip:port" as net/http gives it.
+	RemoteAddr() string
+	// Header returns every line of the named request header joined with
+	// ", ", "" if absent: a proxy may add its own X-Forwarded-For line
+	// instead of appending to the client's.
+	Header(name string) string
+	// Method is the HTTP method.
+	Method() string
+	// Route is the matched route pattern ("/users/:id"), or "" where the
+	// framework has not matched one yet (middleware wrapping a whole mux).
+	Route() string
+}
+
+// KeyFunc returns the key a request is limited by. An error, or an empty
+// key, means the request cannot be keyed: the Policy refuses it (see
+// Config.ServeUnkeyed), and never lets it share one limit with every other
+// request that has no key.
+type KeyFunc func(Request) (string, error)
+
+// KeyByHeader keys requests by the value of a header (an API key, a
+// tenant). A request without it cannot be keyed by this function: use
+// KeyFirst to fall back to another (KeyFirst(KeyByHeader("X-API-Key"),
+// byIP)). Values of any length are fine: the Limiter hashes long keys.
+func KeyByHeader(name string) KeyFunc {
+	prefix := "h:" + http.CanonicalHeaderKey(name) + ":"
+	return func(r Request) (string, error) {
+		if v := r.Header(name); v != "" {
+			return prefix + v, nil
+		}
+		return "", fmt.Errorf("httplimit: request has no %s header", name)
+	}
+}
+
+// KeyFirst keys a request by the first of keys that yields a non-empty key
+// without error (a user ID, else an API key, else the client IP), and
+// reports the last error when none does.
+func KeyFirst(keys ...KeyFunc) KeyFunc {
+	return func(r Request) (string, error) {
+		err := errNoKeys
+		for _, k := range keys {
+			var key string
+			if key, err = k(r); err == nil && key != "" {
+				return key, nil
+			}
+		}
+		if err == nil {
+			err = errEmptyKey
+		}
+		return "", err
+	}
+}
+
+// KeyJoin keys a request by all of keys together (the client IP and the
+// route: one limit per client per route); it cannot key a request that any
+// of them cannot.
+func KeyJoin(keys ...KeyFunc) KeyFunc {
+	return func(r Request) (string, error) {
+		if len(keys) == 0 {
+			return "", errNoKeys
+		}
+		var b strings.Builder
+		for i, k := range keys {
+			key, err := k(r)
+			if err != nil {
+				return "", err
+			}
+			if key == "" {
+				return "", errEmptyKey
+			}
+			if i > 0 {
+				b.WriteByte('|')
+			}
+			b.WriteString(key)
+		}
+		return b.String(), nil
+	}
+}
+
+// KeyByRoute keys requests by method and route pattern, so each route has
+// one limit shared by all clients (KeyJoin it with the client IP for one
+// per client per route). It never falls back to the URL path, which a
+// client could vary to get a fresh limit: mount the middleware where the
+// framework knows the route, or every request is refused as unkeyable.
+func KeyByRoute() KeyFunc {
+	return func(r Request) (string, error) {
+		route := r.Route()
+		if route == "" {
+			return "", errNoRoute
+		}
+		return "route:" + r.Method() + " " + route, nil
+	}
+}
+
+var (
+	errNoRoute  = errors.New("httplimit: KeyByRoute: no route pattern for this request; mount the middleware on the routes")
+	errNoKeys   = errors.New("httplimit: no key functions")
+	errEmptyKey = errors.New("httplimit: the key function returned an empty key")
+)
