@@ -1,13 +1,17 @@
 package echolimit_test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/labstack/echo/v4"
-	"github.com/redlimit/redlimit/core"
+
 	"github.com/redlimit/redlimit/echolimit"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/conformance"
 )
 
@@ -19,47 +23,54 @@ func req(c echo.Context) conformance.Req {
 	return conformance.Req{Path: c.Request().URL.Path, Header: c.Request().Header.Get}
 }
 
+// newApp mounts the middleware on each route, where Echo knows the route
+// pattern (c.Path()).
 func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
-	ec := echolimit.Config{
-		Limiter:      cfg.Limiter,
-		Limit:        cfg.Limit,
-		Key:          cfg.Key,
-		Name:         cfg.Name,
-		Headers:      cfg.Headers,
-		Fail:         cfg.Fail,
-		DryRun:       cfg.DryRun,
-		MaxWait:      cfg.MaxWait,
-		ClientIP:     cfg.ClientIP,
-		Observer:     cfg.Observer,
-		ErrorHandler: func(c echo.Context, err error) { cfg.OnError(req(c), err) },
+	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+		return req(echolimit.Context(r))
+	}, true)
+	ec := echolimit.Config{Policy: p}
+	if f := cfg.KeyFunc; f != nil {
+		ec.IdentifierExtractor = func(c echo.Context) (string, error) { return f(req(c)) }
 	}
 	if f := cfg.Skip; f != nil {
 		ec.Skipper = func(c echo.Context) bool { return f(req(c)) }
 	}
-	if f := cfg.KeyFunc; f != nil {
-		ec.IdentifierExtractor = func(c echo.Context) (string, error) { return f(req(c)) }
-	}
-	if f := cfg.LimitFunc; f != nil {
-		ec.LimitFunc = func(c echo.Context) (core.Limit, bool) { return f(req(c)) }
-	}
-	if f := cfg.Cost; f != nil {
-		ec.Cost = func(c echo.Context) int { return f(req(c)) }
-	}
 	if f := cfg.Deny; f != nil {
-		ec.DenyHandler = func(c echo.Context, d core.Decision) error {
+		ec.DenyHandler = func(c echo.Context, d httplimit.Decision) error {
 			status, body := f(req(c), d)
-			return c.String(status, body)
+			return c.Blob(status, "text/plain; charset=utf-8", []byte(body))
 		}
 	}
+	limited, err := ec.ToMiddleware()
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := echo.New()
-	e.Use(echolimit.WithConfig(ec))
 	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
 	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
-		e.GET(path, ok)
+		e.GET(path, ok, limited)
 	}
-	return func(req *http.Request) *http.Response {
+	e.GET("/login", func(c echo.Context) error { return c.String(http.StatusUnauthorized, "bad password") }, limited)
+	e.GET("/upload", func(c echo.Context) error {
+		n, _ := strconv.Atoi(c.Request().Header.Get("X-Cost"))
+		if proceed, err := echolimit.Check(c, check, n); !proceed {
+			return err
+		}
+		return c.String(http.StatusOK, "stored")
+	})
+	e.GET("/reset", func(c echo.Context) error {
+		if err := echolimit.Reset(c, p); err != nil {
+			t.Errorf("Reset: %v", err)
+		}
+		return c.NoContent(http.StatusNoContent)
+	})
+	return func(r *http.Request) *http.Response {
 		rec := httptest.NewRecorder()
-		e.ServeHTTP(rec, req)
-		return rec.Result()
+		e.ServeHTTP(rec, r)
+		resp := rec.Result()
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return resp
 	}
 }

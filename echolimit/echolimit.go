@@ -1,43 +1,168 @@
 package echolimit
 
 import (
-	"fmt"
+	"errors"
+	"net/http"
+	"sync"
 
 	"github.com/labstack/echo/v4"
-	"github.com/redlimit/redlimit/core"
+
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-// New returns middleware that limits requests to limit per client IP,
-// deciding with limiter: WithConfig with Config{Limiter: limiter, Limit:
-// limit}. It panics, at start-up, if limiter is nil or limit invalid.
-func New(limiter *core.Limiter, limit core.Limit) echo.MiddlewareFunc {
-	return WithConfig(Config{Limiter: limiter, Limit: limit})
+// Config configures the middleware, in the shape of Echo's own rate
+// limiter's config.
+type Config struct {
+	// Skipper exempts the requests it reports true for (health checks,
+	// internal callers): they are neither counted nor given headers. Any
+	// middleware.Skipper fits.
+	// Optional. Default: nil, skip nothing.
+	Skipper func(c echo.Context) bool
+
+	// Policy decides (see httplimit.New).
+	// Required.
+	Policy *httplimit.Policy
+
+	// IdentifierExtractor keys requests from the echo.Context (the user
+	// from c.Get, say); it replaces the Policy's Key. An error, or an empty
+	// key, means the request cannot be keyed.
+	// Optional. Default: nil, the Policy's Key.
+	IdentifierExtractor func(c echo.Context) (string, error)
+
+	// ErrorHandler answers a request that cannot be keyed, as the
+	// ErrorHandler of Echo's own limiter does; an error it returns goes to
+	// Echo's HTTPErrorHandler.
+	// Optional. Default: nil, 400 with {"error":"missing rate limit key"}
+	// (or, with httplimit.Config.ServeUnkeyed, the request is served).
+	ErrorHandler func(c echo.Context, err error) error
+
+	// DenyHandler answers the requests that are refused; the rate-limit
+	// headers and Retry-After are set before it runs, and d.Outcome says
+	// why (httplimit.OutcomeDenied, OutcomeFailedClosed, or OutcomeCanceled
+	// when the client left during a LeakyBucket wait).
+	// Optional. Default: nil, d.Status() and d.Body() as JSON, the same
+	// bytes as every redlimit adapter; DenyWithHTTPError hands the refusal
+	// to Echo's HTTPErrorHandler instead.
+	DenyHandler func(c echo.Context, d httplimit.Decision) error
 }
 
-// WithConfig returns middleware configured by cfg.
-//
-// WithConfig panics if cfg is invalid (a nil Limiter, an invalid Limit
-// without LimitFunc, an unknown header style or fail policy): at start-up,
-// never while serving.
-func WithConfig(cfg Config) echo.MiddlewareFunc {
-	p, err := core.NewPolicy(cfg.policy())
-	if err != nil {
-		panic(fmt.Errorf("echolimit: %w", err))
+// ToMiddleware returns the middleware, or an error for a Config it cannot
+// use.
+func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
+	if config.Policy == nil {
+		return nil, errors.New("echolimit: Config.Policy is nil")
+	}
+	p := config.Policy
+	if f := config.IdentifierExtractor; f != nil {
+		p = p.WithKey(func(r httplimit.Request) (string, error) { return f(Context(r)) })
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if cfg.Skipper != nil && cfg.Skipper(c) {
+			if config.Skipper != nil && config.Skipper(c) {
 				return next(c)
 			}
-			d := p.Decide(request{c})
-			d.WriteHeaders(c.Response().Header().Set)
-			switch {
-			case d.Proceed():
-				return next(c)
-			case cfg.DenyHandler != nil:
-				return cfg.DenyHandler(c, d)
+			q := wrap(c)
+			d := p.Decide(q)
+			q.release()
+			if proceed, err := config.answer(c, &d); !proceed {
+				return err
 			}
-			return c.Blob(d.Status(), core.ContentType, d.Body())
+			if !d.WantsStatus() {
+				return next(c)
+			}
+			err := next(c)
+			d.Finish(status(c, err))
+			return err
 		}
+	}, nil
+}
+
+// answer writes d's headers and, when the request does not proceed, its
+// answer; it reports whether the request proceeds.
+func (config *Config) answer(c echo.Context, d *httplimit.Decision) (bool, error) {
+	d.WriteHeaders(c.Response().Header().Set)
+	switch {
+	case d.Proceed():
+		return true, nil
+	case d.Outcome == httplimit.OutcomeNoKey && config.ErrorHandler != nil:
+		return false, config.ErrorHandler(c, d.Err)
+	case d.Outcome != httplimit.OutcomeNoKey && config.DenyHandler != nil:
+		return false, config.DenyHandler(c, *d)
 	}
+	return false, c.Blob(d.Status(), echo.MIMEApplicationJSON, d.Body())
+}
+
+// status is the status a handler answered with, or will through Echo's
+// HTTPErrorHandler when it returned err.
+func status(c echo.Context, err error) int {
+	var he *echo.HTTPError
+	switch {
+	case err == nil:
+		return c.Response().Status
+	case errors.As(err, &he):
+		return he.Code
+	}
+	return http.StatusInternalServerError
+}
+
+// WithConfig returns the middleware of config. It panics, at start-up, for
+// a Config it cannot use; ToMiddleware returns the error instead.
+func WithConfig(config Config) echo.MiddlewareFunc {
+	mw, err := config.ToMiddleware()
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// New returns middleware that limits requests as p says. It panics, at
+// start-up, if p is nil.
+func New(p *httplimit.Policy) echo.MiddlewareFunc {
+	return WithConfig(Config{Policy: p})
+}
+
+// DenyWithHTTPError is a Config.DenyHandler that returns an
+// *echo.HTTPError with the refusal's status, for the app's
+// HTTPErrorHandler to render and log; the rate-limit headers and
+// Retry-After are already set. It is not the default: the default answer
+// is the same bytes in every redlimit adapter, and a refusal is not an
+// error worth a log line per request under a flood.
+func DenyWithHTTPError(_ echo.Context, d httplimit.Decision) error {
+	return echo.NewHTTPError(d.Status(), http.StatusText(d.Status())).SetInternal(d.Err)
+}
+
+// Check decides the request at cost n under p from inside a handler, for
+// limits that depend on what the request holds (its size, the rows it asks
+// for): it writes the rate-limit headers and, when the request may not go
+// on, the answer (429, ...), and reports whether the handler should go on,
+// with the error of writing the answer.
+func Check(c echo.Context, p *httplimit.Policy, n int) (bool, error) {
+	q := wrap(c)
+	d := p.DecideN(q, n)
+	q.release()
+	return (&Config{}).answer(c, &d)
+}
+
+// Reset forgets the state of the request's key under p, so its quota is
+// whole again (after a successful login, say).
+func Reset(c echo.Context, p *httplimit.Policy) error {
+	q := wrap(c)
+	defer q.release()
+	return p.Reset(q)
+}
+
+// requests recycles the wrappers of echo.Context: an interface is two
+// words, and a wrapper passed as an httplimit.Request by value would be
+// allocated for every request.
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+func wrap(c echo.Context) *request {
+	q := requests.Get().(*request)
+	q.c = c
+	return q
+}
+
+func (q *request) release() {
+	q.c = nil
+	requests.Put(q)
 }

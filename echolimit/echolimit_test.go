@@ -1,83 +1,126 @@
-package echolimit_test
+package echolimit
 
 import (
-	"context"
-	"net"
+	"errors"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
+
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/echolimit"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-func TestWithConfigPanicsOnInvalidConfig(t *testing.T) {
+func newPolicy(t testing.TB, cfg httplimit.Config) *httplimit.Policy {
+	t.Helper()
 	_, rdb := redistest.Mini(t)
-	for name, cfg := range map[string]echolimit.Config{
-		"nil limiter": {Limit: core.PerSecond(1)},
-		"zero limit":  {Limiter: core.New(rdb)},
-	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				err, _ := recover().(error)
-				if err == nil || !strings.HasPrefix(err.Error(), "echolimit: ") {
-					t.Errorf("panic: got %v, want an error starting echolimit:", err)
-				}
-			}()
-			echolimit.WithConfig(cfg)
-		})
+	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Limiter = l
+	p, err := httplimit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestToMiddlewareRefusesNilPolicy(t *testing.T) {
+	if mw, err := (Config{}).ToMiddleware(); err == nil || mw != nil {
+		t.Errorf("ToMiddleware without a Policy = %v; want an error", err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("New(nil) did not panic")
+		}
+	}()
+	New(nil)
+}
+
+// TestEchoIdioms: IdentifierExtractor keys from the echo.Context; its
+// failures go to ErrorHandler, whose error Echo's HTTPErrorHandler
+// renders; DenyWithHTTPError hands a denial to it too, with the headers
+// already set; a handler's error status decides CountIf.
+func TestEchoIdioms(t *testing.T) {
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: httplimit.CountFailed})
+	errNoUser := errors.New("no user")
+	var extractorErr error
+	mw, err := Config{
+		Policy: p,
+		IdentifierExtractor: func(c echo.Context) (string, error) {
+			if u := c.Request().Header.Get("X-User"); u != "" {
+				return "user:" + u, nil
+			}
+			return "", errNoUser
+		},
+		ErrorHandler: func(c echo.Context, err error) error {
+			extractorErr = err
+			return echo.NewHTTPError(http.StatusForbidden, "who are you?")
+		},
+		DenyHandler: DenyWithHTTPError,
+	}.ToMiddleware()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	e.GET("/", func(c echo.Context) error {
+		if c.Request().Header.Get("X-Fail") != "" {
+			return echo.NewHTTPError(http.StatusUnauthorized)
+		}
+		return c.NoContent(http.StatusNoContent)
+	}, mw)
+	serve := func(user string, fail bool) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("GET", "/", nil)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		if fail {
+			r.Header.Set("X-Fail", "1")
+		}
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, r)
+		return rec
+	}
+	if rec := serve("", false); rec.Code != http.StatusForbidden || !errors.Is(extractorErr, errNoUser) {
+		t.Errorf("no user: %d, ErrorHandler told %v; want 403 and the extractor's error", rec.Code, extractorErr)
+	}
+	for range 3 { // successes do not count
+		if rec := serve("alice", false); rec.Code != http.StatusNoContent {
+			t.Fatalf("alice: %d, want 204", rec.Code)
+		}
+	}
+	for range 2 { // failures, returned as errors, do
+		if rec := serve("alice", true); rec.Code != http.StatusUnauthorized {
+			t.Fatalf("alice failing: %d, want 401", rec.Code)
+		}
+	}
+	rec := serve("alice", false)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "30" ||
+		rec.Header().Get("X-RateLimit-Remaining") != "0" {
+		t.Errorf("after two failures: %d %v; want Echo's 429 with our headers", rec.Code, rec.Header())
 	}
 }
 
-func TestKeyByEchoRealIP(t *testing.T) {
-	tests := []struct {
-		name, remote, xff, want string
-	}{
-		{"trusted proxy", "10.0.0.2:1", "203.0.113.7", "ip:203.0.113.7"},
-		{"untrusted peer", "192.0.2.1:1", "203.0.113.7", "ip:192.0.2.1"},
-		{"ipv6 by /64", "[2001:db8::1]:1", "", "ip:2001:db8::/64"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, rdb := redistest.Mini(t)
-			_, proxies, _ := net.ParseCIDR("10.0.0.0/8")
-			e := echo.New()
-			e.IPExtractor = echo.ExtractIPFromXFFHeader(
-				echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false),
-				echo.TrustIPRange(proxies))
-			var got string
-			var gotErr error
-			byIP := echolimit.KeyByEchoRealIP()
-			e.Use(echolimit.WithConfig(echolimit.Config{Limiter: core.New(rdb, core.WithPrefix(t.Name())), Limit: core.PerSecond(10),
-				Key: func(r core.Request) (string, error) { got, gotErr = byIP(r); return got, gotErr }}))
-			e.GET("/", func(c echo.Context) error { return c.NoContent(http.StatusNoContent) })
-			req := httptest.NewRequest("GET", "/", nil)
-			req.RemoteAddr = tt.remote
-			if tt.xff != "" {
-				req.Header.Set("X-Forwarded-For", tt.xff)
-			}
-			rec := httptest.NewRecorder()
-			e.ServeHTTP(rec, req)
-			if rec.Code != http.StatusNoContent || got != tt.want || gotErr != nil {
-				t.Errorf("got status %d, key %q, %v; want 204, %q", rec.Code, got, gotErr, tt.want)
-			}
-		})
+// TestNoAllocForTheWrapper: the echo.Context wrapper is recycled.
+func TestNoAllocForTheWrapper(t *testing.T) {
+	e := echo.New()
+	c := e.NewContext(httptest.NewRequest("GET", "/", nil), httptest.NewRecorder())
+	if n := testing.AllocsPerRun(100, func() { wrap(c).release() }); n != 0 {
+		t.Errorf("wrapping an echo.Context allocates %v times", n)
 	}
 }
 
-type foreignRequest struct{}
-
-func (foreignRequest) Context() context.Context { return context.Background() }
-func (foreignRequest) RemoteAddr() string       { return "192.0.2.1:1" }
-func (foreignRequest) Header(string) string     { return "" }
-func (foreignRequest) Method() string           { return "GET" }
-func (foreignRequest) Route() string            { return "/" }
-
-func TestKeyByEchoRealIPOutsideEcho(t *testing.T) {
-	if _, err := echolimit.KeyByEchoRealIP()(foreignRequest{}); err == nil {
-		t.Error("on a non-echo request: got no error")
+func BenchmarkMiddleware(b *testing.B) {
+	p := newPolicy(b, httplimit.Config{Limit: core.PerSecond(1 << 30)})
+	e := echo.New()
+	e.GET("/", func(echo.Context) error { return nil }, New(p))
+	req := httptest.NewRequest("GET", "/", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		e.ServeHTTP(httptest.NewRecorder(), req)
 	}
 }

@@ -7,13 +7,15 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/fiberlimit"
-	"github.com/redlimit/redlimit/internal/conformance"
 	"github.com/valyala/fasthttp"
+
+	"github.com/redlimit/redlimit/fiberlimit"
+	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/conformance"
 )
 
 func TestConformance(t *testing.T) {
@@ -35,19 +37,10 @@ const testContext = "conformance-context"
 // with Init, fasthttp's own way of testing a handler: app.Test always
 // reports the peer 0.0.0.0, and the suite needs to choose the peer address.
 func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
-	fc := fiberlimit.Config{
-		Limiter:      cfg.Limiter,
-		Limit:        cfg.Limit,
-		Key:          cfg.Key,
-		Name:         cfg.Name,
-		Headers:      cfg.Headers,
-		Fail:         cfg.Fail,
-		DryRun:       cfg.DryRun,
-		MaxWait:      cfg.MaxWait,
-		ClientIP:     cfg.ClientIP,
-		Observer:     cfg.Observer,
-		ErrorHandler: func(c *fiber.Ctx, err error) { cfg.OnError(req(c), err) },
-	}
+	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+		return req(fiberlimit.Ctx(r))
+	}, true)
+	fc := fiberlimit.Config{Policy: p}
 	if f := cfg.Skip; f != nil {
 		fc.Next = func(c *fiber.Ctx) bool { return f(req(c)) }
 	}
@@ -60,14 +53,8 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 			return k
 		}
 	}
-	if f := cfg.LimitFunc; f != nil {
-		fc.LimitFunc = func(c *fiber.Ctx) (core.Limit, bool) { return f(req(c)) }
-	}
-	if f := cfg.Cost; f != nil {
-		fc.Cost = func(c *fiber.Ctx) int { return f(req(c)) }
-	}
 	if f := cfg.Deny; f != nil {
-		fc.LimitReached = func(c *fiber.Ctx, d core.Decision) error {
+		fc.LimitReached = func(c *fiber.Ctx, d httplimit.Decision) error {
 			status, body := f(req(c), d)
 			return c.Status(status).SendString(body)
 		}
@@ -84,6 +71,21 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
 		app.Get(path, limited, ok)
 	}
+	app.Get("/login", limited, func(c *fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
+	app.Get("/upload", func(c *fiber.Ctx) error {
+		n, _ := strconv.Atoi(c.Get("X-Cost"))
+		if proceed, err := fiberlimit.Check(c, check, n); !proceed {
+			return err
+		}
+		return c.SendString("stored")
+	})
+	app.Get("/reset", func(c *fiber.Ctx) error {
+		if err := fiberlimit.Reset(c, p); err != nil {
+			t.Errorf("Reset: %v", err)
+		}
+		c.Status(http.StatusNoContent)
+		return nil
+	})
 	handler := app.Handler()
 	return func(r *http.Request) *http.Response {
 		var fr fasthttp.Request

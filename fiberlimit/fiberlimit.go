@@ -1,37 +1,120 @@
 package fiberlimit
 
 import (
-	"fmt"
+	"errors"
 
 	"github.com/gofiber/fiber/v2"
-	"github.com/redlimit/redlimit/core"
+
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-// New returns middleware that limits requests as config says (ConfigDefault
-// fills in what it leaves unset).
-//
-// New panics if the configuration is invalid (no Limiter, an invalid Limit,
-// an unknown header style or fail policy): at start-up, never while
-// serving.
+// Config defines the config for the middleware, in the shape of Fiber's
+// own middleware configs.
+type Config struct {
+	// Next defines a function to skip this middleware when it returns true
+	// (health checks, internal callers): those requests are neither counted
+	// nor given headers.
+	//
+	// Optional. Default: nil
+	Next func(c *fiber.Ctx) bool
+
+	// Policy decides (see httplimit.New).
+	//
+	// Required.
+	Policy *httplimit.Policy
+
+	// KeyGenerator keys requests from the *fiber.Ctx (the user from
+	// c.Locals, say), in the shape of Fiber's own limiter; it replaces the
+	// Policy's Key. An empty key means the request cannot be keyed: it is
+	// refused with 400 unless the Policy serves unkeyed requests. Strings
+	// from the *fiber.Ctx alias fasthttp buffers reused after the handler
+	// returns; returning one here is fine.
+	//
+	// Optional. Default: nil (the Policy's Key: the client IP)
+	KeyGenerator func(c *fiber.Ctx) string
+
+	// LimitReached answers the requests that do not proceed; the
+	// rate-limit headers and Retry-After are set before it runs, and
+	// d.Outcome says why (httplimit.OutcomeDenied, OutcomeFailedClosed,
+	// OutcomeNoKey, or OutcomeCanceled).
+	//
+	// Optional. Default: d.Status() and d.Body() as JSON
+	LimitReached func(c *fiber.Ctx, d httplimit.Decision) error
+}
+
+// ConfigDefault is the default config. Policy has no default.
+var ConfigDefault = Config{}
+
+// New creates a new middleware handler. It panics, at start-up, without a
+// Policy.
 func New(config ...Config) fiber.Handler {
-	cfg := configDefault(config...)
-	p, err := core.NewPolicy(cfg.policy())
-	if err != nil {
-		panic(fmt.Errorf("fiberlimit: %w", err))
+	cfg := ConfigDefault
+	if len(config) > 0 {
+		cfg = config[0]
+	}
+	if cfg.Policy == nil {
+		panic(errors.New("fiberlimit: Config.Policy is nil"))
+	}
+	p := cfg.Policy
+	if f := cfg.KeyGenerator; f != nil {
+		p = p.WithKey(func(r httplimit.Request) (string, error) { return f(Ctx(r)), nil })
 	}
 	return func(c *fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
 		}
 		d := p.Decide(request{c})
-		d.WriteHeaders(c.Set)
-		switch {
-		case d.Proceed():
-			return c.Next()
-		case cfg.LimitReached != nil:
-			return cfg.LimitReached(c, d)
+		if proceed, err := cfg.answer(c, &d); !proceed {
+			return err
 		}
-		c.Set(fiber.HeaderContentType, core.ContentType)
-		return c.Status(d.Status()).Send(d.Body())
+		if !d.WantsStatus() {
+			return c.Next()
+		}
+		err := c.Next()
+		d.Finish(status(c, err))
+		return err
 	}
+}
+
+// answer writes d's headers and, when the request does not proceed, its
+// answer; it reports whether the request proceeds.
+func (cfg *Config) answer(c *fiber.Ctx, d *httplimit.Decision) (bool, error) {
+	d.WriteHeaders(c.Set)
+	switch {
+	case d.Proceed():
+		return true, nil
+	case cfg.LimitReached != nil:
+		return false, cfg.LimitReached(c, *d)
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return false, c.Status(d.Status()).Send(d.Body())
+}
+
+// status is the status a handler answered with, or will through Fiber's
+// ErrorHandler when it returned err.
+func status(c *fiber.Ctx, err error) int {
+	var fe *fiber.Error
+	switch {
+	case err == nil:
+		return c.Response().StatusCode()
+	case errors.As(err, &fe):
+		return fe.Code
+	}
+	return fiber.StatusInternalServerError
+}
+
+// Check decides the request at cost n under p from inside a handler, for
+// limits that depend on what the request holds (its size, the rows it asks
+// for): it writes the rate-limit headers and, when the request may not go
+// on, the answer (429, ...), and reports whether the handler should go on,
+// with the error of writing the answer.
+func Check(c *fiber.Ctx, p *httplimit.Policy, n int) (bool, error) {
+	d := p.DecideN(request{c}, n)
+	return (&Config{}).answer(c, &d)
+}
+
+// Reset forgets the state of the request's key under p, so its quota is
+// whole again (after a successful login, say).
+func Reset(c *fiber.Ctx, p *httplimit.Policy) error {
+	return p.Reset(request{c})
 }

@@ -1,94 +1,124 @@
-package fiberlimit_test
+package fiberlimit
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
+
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/fiberlimit"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-func TestNewPanicsOnInvalidConfig(t *testing.T) {
-	for name, cfg := range map[string][]fiberlimit.Config{
-		"no config":   nil,
-		"nil limiter": {{Limit: core.PerSecond(1)}},
-	} {
-		t.Run(name, func(t *testing.T) {
-			defer func() {
-				err, _ := recover().(error)
-				if err == nil || !strings.HasPrefix(err.Error(), "fiberlimit: ") {
-					t.Errorf("panic: got %v, want an error starting fiberlimit:", err)
-				}
-			}()
-			fiberlimit.New(cfg...)
-		})
-	}
-}
-
-// TestConfigDefault: what a Config leaves unset comes from ConfigDefault.
-func TestConfigDefault(t *testing.T) {
+func newPolicy(t testing.TB, cfg httplimit.Config) *httplimit.Policy {
+	t.Helper()
 	_, rdb := redistest.Mini(t)
-	app := fiber.New(fiber.Config{DisableStartupMessage: true})
-	app.Use(fiberlimit.New(fiberlimit.Config{Limiter: core.New(rdb, core.WithPrefix(t.Name())), Headers: core.HeadersIETF}))
-	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
-	resp, err := app.Test(httptest.NewRequest("GET", "/", nil))
+	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := resp.Header.Get("RateLimit-Policy"), `"http";q=10;w=1`; got != want {
-		t.Errorf("RateLimit-Policy: got %q, want %q (ConfigDefault's Name and Limit)", got, want)
+	cfg.Limiter = l
+	p, err := httplimit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return p
 }
 
-func TestKeyByFiberIP(t *testing.T) {
-	tests := []struct {
-		name    string
-		trusted []string
-		want    string
-	}{
-		// app.Test's peer is always 0.0.0.0.
-		{"trusted proxy", []string{"0.0.0.0"}, "ip:203.0.113.7"},
-		{"untrusted peer", []string{"10.0.0.0/8"}, "ip:0.0.0.0"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, rdb := redistest.Mini(t)
-			app := fiber.New(fiber.Config{DisableStartupMessage: true,
-				ProxyHeader: fiber.HeaderXForwardedFor, EnableTrustedProxyCheck: true, TrustedProxies: tt.trusted})
-			var got string
-			var gotErr error
-			byIP := fiberlimit.KeyByFiberIP()
-			app.Use(fiberlimit.New(fiberlimit.Config{Limiter: core.New(rdb, core.WithPrefix(t.Name())),
-				Key: func(r core.Request) (string, error) { got, gotErr = byIP(r); return got, gotErr }}))
-			app.Get("/", func(c *fiber.Ctx) error { return c.SendStatus(http.StatusNoContent) })
-			req := httptest.NewRequest("GET", "/", nil)
-			req.Header.Set("X-Forwarded-For", "203.0.113.7")
-			resp, err := app.Test(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != http.StatusNoContent || got != tt.want || gotErr != nil {
-				t.Errorf("got status %d, key %q, %v; want 204, %q", resp.StatusCode, got, gotErr, tt.want)
-			}
+func TestNewPanicsWithoutPolicy(t *testing.T) {
+	for name, cfg := range map[string][]Config{"no config": nil, "no policy": {{}}} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if err, _ := recover().(error); err == nil {
+					t.Error("New did not panic")
+				}
+			}()
+			New(cfg...)
 		})
 	}
 }
 
-type foreignRequest struct{}
+// TestFiberIdioms: KeyGenerator and KeyByLocals key from the *fiber.Ctx, an
+// empty key is refused, and a *fiber.Error returned by the handler decides
+// CountIf.
+func TestFiberIdioms(t *testing.T) {
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: httplimit.CountFailed, Key: KeyByLocals("user")})
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(func(c *fiber.Ctx) error {
+		if u := c.Get("X-User"); u != "" {
+			c.Locals("user", u)
+		}
+		return c.Next()
+	})
+	app.Get("/", New(Config{Policy: p}), func(c *fiber.Ctx) error {
+		if c.Get("X-Fail") != "" {
+			return fiber.NewError(http.StatusUnauthorized, "bad password")
+		}
+		return c.SendStatus(http.StatusNoContent)
+	})
+	serve := func(user string, fail bool) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		if fail {
+			r.Header.Set("X-Fail", "1")
+		}
+		resp, err := app.Test(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode
+	}
+	if got := serve("", false); got != http.StatusBadRequest {
+		t.Errorf("no user: %d, want 400", got)
+	}
+	for range 3 {
+		if got := serve("alice", false); got != http.StatusNoContent {
+			t.Fatalf("alice: %d, want 204 (successes do not count)", got)
+		}
+	}
+	for range 2 {
+		if got := serve("alice", true); got != http.StatusUnauthorized {
+			t.Fatalf("alice failing: %d, want 401", got)
+		}
+	}
+	if got := serve("alice", false); got != http.StatusTooManyRequests {
+		t.Errorf("after two failures: %d, want 429", got)
+	}
+}
 
-func (foreignRequest) Context() context.Context { return context.Background() }
-func (foreignRequest) RemoteAddr() string       { return "192.0.2.1:1" }
-func (foreignRequest) Header(string) string     { return "" }
-func (foreignRequest) Method() string           { return "GET" }
-func (foreignRequest) Route() string            { return "/" }
+// TestKeyByIP defers to Fiber's own trusted proxy settings.
+func TestKeyByIP(t *testing.T) {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true, ProxyHeader: fiber.HeaderXForwardedFor,
+		EnableTrustedProxyCheck: true, TrustedProxies: []string{"0.0.0.0"}})
+	var got string
+	app.Get("/", func(c *fiber.Ctx) error {
+		got, _ = KeyByIP()(request{c})
+		return nil
+	})
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-Forwarded-For", "203.0.113.4")
+	if _, err := app.Test(r); err != nil {
+		t.Fatal(err)
+	}
+	if got != "ip:203.0.113.4" {
+		t.Errorf("KeyByIP behind a trusted proxy (app.Test's peer is 0.0.0.0) = %q, want ip:203.0.113.4", got)
+	}
+}
 
-func TestKeyByFiberIPOutsideFiber(t *testing.T) {
-	if _, err := fiberlimit.KeyByFiberIP()(foreignRequest{}); err == nil {
-		t.Error("on a non-fiber request: got no error")
+func BenchmarkMiddleware(b *testing.B) {
+	p := newPolicy(b, httplimit.Config{Limit: core.PerSecond(1 << 30)})
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Get("/", New(Config{Policy: p}), func(*fiber.Ctx) error { return nil })
+	h := app.Handler()
+	b.ReportAllocs()
+	for b.Loop() {
+		var ctx fasthttpCtx
+		ctx.init()
+		h(&ctx.RequestCtx)
 	}
 }

@@ -1,69 +1,74 @@
 package ginlimit_test
 
 import (
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redlimit/redlimit/core"
+
 	"github.com/redlimit/redlimit/ginlimit"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/conformance"
 )
-
-func init() { gin.SetMode(gin.TestMode) }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Adapter{New: newApp, ItemsPattern: "/items/:id"})
 }
 
+// releaseMode silences Gin's debug output once; the mode is process-wide.
+var releaseMode sync.Once
+
 func req(c *gin.Context) conformance.Req {
 	return conformance.Req{Path: c.Request.URL.Path, Header: c.GetHeader}
 }
 
+// newApp mounts the middleware on each route, where Gin knows the route
+// pattern (c.FullPath()).
 func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
-	opts := []ginlimit.Option{
-		ginlimit.WithName(cfg.Name),
-		ginlimit.WithHeaders(cfg.Headers),
-		ginlimit.WithFailPolicy(cfg.Fail),
-		ginlimit.WithDryRun(cfg.DryRun),
-		ginlimit.WithMaxWait(cfg.MaxWait),
-		ginlimit.WithObserver(cfg.Observer),
-		ginlimit.WithErrorHandler(func(c *gin.Context, err error) { cfg.OnError(req(c), err) }),
-	}
-	if cfg.ClientIP != nil {
-		opts = append(opts, ginlimit.WithClientIP(cfg.ClientIP))
-	}
-	if cfg.Key != nil {
-		opts = append(opts, ginlimit.WithKey(cfg.Key))
-	}
-	if f := cfg.KeyFunc; f != nil {
-		opts = append(opts, ginlimit.WithKeyFunc(func(c *gin.Context) (string, error) { return f(req(c)) }))
-	}
-	if f := cfg.LimitFunc; f != nil {
-		opts = append(opts, ginlimit.WithLimitFunc(func(c *gin.Context) (core.Limit, bool) { return f(req(c)) }))
-	}
-	if f := cfg.Cost; f != nil {
-		opts = append(opts, ginlimit.WithCost(func(c *gin.Context) int { return f(req(c)) }))
-	}
+	releaseMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
+	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+		return req(ginlimit.Context(r))
+	}, false)
+	var opts []ginlimit.Option
 	if f := cfg.Skip; f != nil {
 		opts = append(opts, ginlimit.WithSkip(func(c *gin.Context) bool { return f(req(c)) }))
 	}
 	if f := cfg.Deny; f != nil {
-		opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, d core.Decision) {
+		opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, d httplimit.Decision) {
 			status, body := f(req(c), d)
-			c.String(status, "%s", body)
+			c.Data(status, "text/plain; charset=utf-8", []byte(body))
 		}))
 	}
+	limited := ginlimit.New(p, opts...)
 	r := gin.New()
-	r.Use(ginlimit.New(cfg.Limiter, cfg.Limit, opts...))
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
 	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
-		r.GET(path, ok)
+		r.GET(path, limited, ok)
 	}
+	r.GET("/login", limited, func(c *gin.Context) { c.String(http.StatusUnauthorized, "bad password") })
+	r.GET("/upload", func(c *gin.Context) {
+		n, _ := strconv.Atoi(c.GetHeader("X-Cost"))
+		if ginlimit.Check(c, check, n) {
+			c.String(http.StatusOK, "stored")
+		}
+	})
+	r.GET("/reset", func(c *gin.Context) {
+		if err := ginlimit.Reset(c, p); err != nil {
+			t.Errorf("Reset: %v", err)
+		}
+		c.Status(http.StatusNoContent)
+	})
 	return func(req *http.Request) *http.Response {
 		rec := httptest.NewRecorder()
 		r.ServeHTTP(rec, req)
-		return rec.Result()
+		resp := rec.Result()
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return resp
 	}
 }

@@ -189,9 +189,8 @@ func (d *Decision) RetryAfter() int64 {
 // WriteHeaders writes the response headers of the decision through set,
 // which every framework has in this shape (http.Header.Set, gin's
 // c.Header, echo's Response().Header().Set, fiber's c.Set): the rate-limit
-// fields of Config.Headers when the Limiter decided, Retry-After when the
-// request is refused for a while, and Content-Type for Body when it does
-// not proceed.
+// fields of Config.Headers when the Limiter decided, and Retry-After when
+// the request is refused for a while.
 func (d *Decision) WriteHeaders(set func(name, value string)) {
 	if d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied {
 		for _, h := range d.policy.headers {
@@ -201,13 +200,10 @@ func (d *Decision) WriteHeaders(set func(name, value string)) {
 	if s := d.RetryAfter(); s > 0 {
 		set("Retry-After", strconv.FormatInt(s, 10))
 	}
-	if !d.Proceed() {
-		set("Content-Type", "application/json")
-	}
 }
 
-// Body is the JSON body of a request that does not proceed, ending in a
-// newline: {"error":"rate limit exceeded","retry_after":N} when denied,
+// Body is the body, application/json, of a request that does not proceed,
+// ending in a newline: {"error":"rate limit exceeded","retry_after":N} when denied,
 // with N equal to Retry-After, {"error":"rate limiter unavailable"} when
 // the Limiter failed closed, {"error":"missing rate limit key"} when the
 // request has no key. nil when the request proceeds.

@@ -295,7 +295,7 @@ func TestDryRunNeverDenies(t *testing.T) {
 					t.Errorf("request %d: Proceed %v, Status %d, Body %q; want it to proceed", i+1, d.Proceed(), d.Status(), d.Body())
 				}
 				checkHeaders(t, "request "+strconv.Itoa(i+1), h, map[string]string{
-					"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": strconv.Itoa(max(0, 1-i)), "Retry-After": "", "Content-Type": "",
+					"X-RateLimit-Limit": "2", "X-RateLimit-Remaining": strconv.Itoa(max(0, 1-i)), "Retry-After": "",
 				})
 				if h.Get("RateLimit") == "" || h.Get("RateLimit-Policy") == "" {
 					t.Errorf("request %d: IETF headers missing: %v", i+1, h)
@@ -378,8 +378,8 @@ func TestUnkeyedRefused(t *testing.T) {
 				if got, want := string(d.Body()), "{\"error\":\"missing rate limit key\"}\n"; got != want {
 					t.Errorf("body %q, want %q", got, want)
 				}
-				if h.Get("Retry-After") != "" || h.Get("X-RateLimit-Limit") != "" || h.Get("Content-Type") != "application/json" {
-					t.Errorf("headers %v: want only Content-Type", h)
+				if len(h) != 0 {
+					t.Errorf("headers %v: want none", h)
 				}
 			}
 			serve := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, ServeUnkeyed: true})

@@ -21,8 +21,8 @@ func WithSkip(f func(*http.Request) bool) Option {
 }
 
 // WithDenyHandler answers the requests that do not proceed, instead of
-// d.Status() and d.Body(); the rate-limit headers, Retry-After and
-// Content-Type are already set when it runs, and d.Outcome says why
+// d.Status() and d.Body(); the rate-limit headers and Retry-After are
+// already set when it runs, and d.Outcome says why
 // (httplimit.OutcomeDenied, OutcomeFailedClosed, OutcomeNoKey, or
 // OutcomeCanceled when the client left during a LeakyBucket wait).
 func WithDenyHandler(f func(http.ResponseWriter, *http.Request, httplimit.Decision)) Option {
@@ -70,6 +70,7 @@ func (c *config) answer(w http.ResponseWriter, r *http.Request, d *httplimit.Dec
 	case c.deny != nil:
 		c.deny(w, r, *d)
 	default:
+		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(d.Status())
 		_, _ = w.Write(d.Body())
 	}

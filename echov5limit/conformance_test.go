@@ -1,0 +1,76 @@
+package echov5limit_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/redlimit/redlimit/echov5limit"
+	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/conformance"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Adapter{New: newApp, ItemsPattern: "/items/:id"})
+}
+
+func req(c *echo.Context) conformance.Req {
+	return conformance.Req{Path: c.Request().URL.Path, Header: c.Request().Header.Get}
+}
+
+// newApp mounts the middleware on each route, where Echo knows the route
+// pattern (c.Path()).
+func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
+	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+		return req(echov5limit.Context(r))
+	}, true)
+	ec := echov5limit.Config{Policy: p}
+	if f := cfg.KeyFunc; f != nil {
+		ec.IdentifierExtractor = func(c *echo.Context) (string, error) { return f(req(c)) }
+	}
+	if f := cfg.Skip; f != nil {
+		ec.Skipper = func(c *echo.Context) bool { return f(req(c)) }
+	}
+	if f := cfg.Deny; f != nil {
+		ec.DenyHandler = func(c *echo.Context, d httplimit.Decision) error {
+			status, body := f(req(c), d)
+			return c.Blob(status, "text/plain; charset=utf-8", []byte(body))
+		}
+	}
+	limited, err := ec.ToMiddleware()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo.New()
+	ok := func(c *echo.Context) error { return c.String(http.StatusOK, "ok") }
+	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
+		e.GET(path, ok, limited)
+	}
+	e.GET("/login", func(c *echo.Context) error { return c.String(http.StatusUnauthorized, "bad password") }, limited)
+	e.GET("/upload", func(c *echo.Context) error {
+		n, _ := strconv.Atoi(c.Request().Header.Get("X-Cost"))
+		if proceed, err := echov5limit.Check(c, check, n); !proceed {
+			return err
+		}
+		return c.String(http.StatusOK, "stored")
+	})
+	e.GET("/reset", func(c *echo.Context) error {
+		if err := echov5limit.Reset(c, p); err != nil {
+			t.Errorf("Reset: %v", err)
+		}
+		return c.NoContent(http.StatusNoContent)
+	})
+	return func(r *http.Request) *http.Response {
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, r)
+		resp := rec.Result()
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		return resp
+	}
+}

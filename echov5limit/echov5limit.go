@@ -1,0 +1,127 @@
+package echov5limit
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v5"
+
+	"github.com/redlimit/redlimit/httplimit"
+)
+
+// Config configures the middleware, in the shape of Echo's own rate
+// limiter's config.
+type Config struct {
+	// Skipper exempts the requests it reports true for (health checks,
+	// internal callers): they are neither counted nor given headers. Any
+	// middleware.Skipper fits.
+	// Optional. Default: nil, skip nothing.
+	Skipper func(c *echo.Context) bool
+
+	// Policy decides (see httplimit.New).
+	// Required.
+	Policy *httplimit.Policy
+
+	// IdentifierExtractor keys requests from the *echo.Context (the user
+	// from c.Get, say); it replaces the Policy's Key. An error, or an empty
+	// key, means the request cannot be keyed.
+	// Optional. Default: nil, the Policy's Key.
+	IdentifierExtractor func(c *echo.Context) (string, error)
+
+	// ErrorHandler answers a request that cannot be keyed, as the
+	// ErrorHandler of Echo's own limiter does; an error it returns goes to
+	// Echo's HTTPErrorHandler.
+	// Optional. Default: nil, 400 with {"error":"missing rate limit key"}
+	// (or, with httplimit.Config.ServeUnkeyed, the request is served).
+	ErrorHandler func(c *echo.Context, err error) error
+
+	// DenyHandler answers the requests that are refused; the rate-limit
+	// headers and Retry-After are set before it runs, and d.Outcome says
+	// why (httplimit.OutcomeDenied, OutcomeFailedClosed, or OutcomeCanceled
+	// when the client left during a LeakyBucket wait).
+	// Optional. Default: nil, d.Status() and d.Body() as JSON, the same
+	// bytes as every redlimit adapter; DenyWithHTTPError hands the refusal
+	// to Echo's HTTPErrorHandler instead.
+	DenyHandler func(c *echo.Context, d httplimit.Decision) error
+}
+
+// ToMiddleware returns the middleware, or an error for a Config it cannot
+// use.
+func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
+	if config.Policy == nil {
+		return nil, errors.New("echov5limit: Config.Policy is nil")
+	}
+	p := config.Policy
+	if f := config.IdentifierExtractor; f != nil {
+		p = p.WithKey(func(r httplimit.Request) (string, error) { return f(Context(r)) })
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c *echo.Context) error {
+			if config.Skipper != nil && config.Skipper(c) {
+				return next(c)
+			}
+			d := p.Decide(request{c})
+			if proceed, err := config.answer(c, &d); !proceed {
+				return err
+			}
+			if !d.WantsStatus() {
+				return next(c)
+			}
+			err := next(c)
+			_, status := echo.ResolveResponseStatus(c.Response(), err)
+			d.Finish(status)
+			return err
+		}
+	}, nil
+}
+
+// answer writes d's headers and, when the request does not proceed, its
+// answer; it reports whether the request proceeds.
+func (config *Config) answer(c *echo.Context, d *httplimit.Decision) (bool, error) {
+	d.WriteHeaders(c.Response().Header().Set)
+	switch {
+	case d.Proceed():
+		return true, nil
+	case d.Outcome == httplimit.OutcomeNoKey && config.ErrorHandler != nil:
+		return false, config.ErrorHandler(c, d.Err)
+	case d.Outcome != httplimit.OutcomeNoKey && config.DenyHandler != nil:
+		return false, config.DenyHandler(c, *d)
+	}
+	return false, c.Blob(d.Status(), echo.MIMEApplicationJSON, d.Body())
+}
+
+// New returns middleware that limits requests as p says. It panics, at
+// start-up, if p is nil; Config.ToMiddleware returns the error instead.
+func New(p *httplimit.Policy) echo.MiddlewareFunc {
+	mw, err := Config{Policy: p}.ToMiddleware()
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// DenyWithHTTPError is a Config.DenyHandler that returns an
+// *echo.HTTPError with the refusal's status, for the app's
+// HTTPErrorHandler to render and log; the rate-limit headers and
+// Retry-After are already set. It is not the default: the default answer
+// is the same bytes in every redlimit adapter, and a refusal is not an
+// error worth a log line per request under a flood.
+func DenyWithHTTPError(_ *echo.Context, d httplimit.Decision) error {
+	return echo.NewHTTPError(d.Status(), http.StatusText(d.Status())).Wrap(d.Err)
+}
+
+// Check decides the request at cost n under p from inside a handler, for
+// limits that depend on what the request holds (its size, the rows it asks
+// for): it writes the rate-limit headers and, when the request may not go
+// on, the answer (429, ...), and reports whether the handler should go on,
+// with the error of writing the answer.
+func Check(c *echo.Context, p *httplimit.Policy, n int) (bool, error) {
+	d := p.DecideN(request{c}, n)
+	return (&Config{}).answer(c, &d)
+}
+
+// Reset forgets the state of the request's key under p, so its quota is
+// whole again (after a successful login, say).
+func Reset(c *echo.Context, p *httplimit.Policy) error {
+	return p.Reset(request{c})
+}

@@ -1,0 +1,116 @@
+package fiberv3limit_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"testing"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/valyala/fasthttp"
+
+	"github.com/redlimit/redlimit/fiberv3limit"
+	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/conformance"
+)
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Adapter{New: newApp, ItemsPattern: "/items/:id"})
+}
+
+func req(c fiber.Ctx) conformance.Req {
+	return conformance.Req{Path: c.Path(), Header: func(name string) string { return c.Get(name) }}
+}
+
+// testContext is the fasthttp user value that carries the test request's
+// context to the app, which makes it the fiber user context.
+const testContext = "conformance-context"
+
+// newApp mounts the middleware on each route, so that it sees the route's
+// pattern (see the package documentation).
+//
+// Requests are served through app.Handler() on a fasthttp.RequestCtx made
+// with Init, fasthttp's own way of testing a handler: app.Test always
+// reports the peer 0.0.0.0, and the suite needs to choose the peer address.
+func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
+	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+		return req(fiberv3limit.Ctx(r))
+	}, true)
+	fc := fiberv3limit.Config{Policy: p}
+	if f := cfg.Skip; f != nil {
+		fc.Next = func(c fiber.Ctx) bool { return f(req(c)) }
+	}
+	if f := cfg.KeyFunc; f != nil {
+		fc.KeyGenerator = func(c fiber.Ctx) string {
+			k, err := f(req(c))
+			if err != nil {
+				return "" // Fiber's shape has no error: unkeyable is empty
+			}
+			return k
+		}
+	}
+	if f := cfg.Deny; f != nil {
+		fc.LimitReached = func(c fiber.Ctx, d httplimit.Decision) error {
+			status, body := f(req(c), d)
+			return c.Status(status).SendString(body)
+		}
+	}
+	app := fiber.New()
+	app.Use(func(c fiber.Ctx) error {
+		if ctx, ok := c.RequestCtx().UserValue(testContext).(context.Context); ok {
+			c.SetContext(ctx)
+		}
+		return c.Next()
+	})
+	limited := fiberv3limit.New(fc)
+	ok := func(c fiber.Ctx) error { return c.SendString("ok") }
+	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
+		app.Get(path, limited, ok)
+	}
+	app.Get("/login", limited, func(c fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
+	app.Get("/upload", func(c fiber.Ctx) error {
+		n, _ := strconv.Atoi(c.Get("X-Cost"))
+		if proceed, err := fiberv3limit.Check(c, check, n); !proceed {
+			return err
+		}
+		return c.SendString("stored")
+	})
+	app.Get("/reset", func(c fiber.Ctx) error {
+		if err := fiberv3limit.Reset(c, p); err != nil {
+			t.Errorf("Reset: %v", err)
+		}
+		c.Status(http.StatusNoContent)
+		return nil
+	})
+	handler := app.Handler()
+	return func(r *http.Request) *http.Response {
+		var fr fasthttp.Request
+		fr.Header.SetMethod(r.Method)
+		fr.SetRequestURI(r.URL.RequestURI())
+		fr.Header.SetHost(r.Host)
+		for name, values := range r.Header {
+			for _, v := range values {
+				fr.Header.Add(name, v)
+			}
+		}
+		peer, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil {
+			t.Fatalf("RemoteAddr %q: %v", r.RemoteAddr, err)
+		}
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&fr, net.TCPAddrFromAddrPort(peer), nil)
+		ctx.SetUserValue(testContext, r.Context())
+		handler(&ctx)
+		resp := &http.Response{
+			StatusCode: ctx.Response.StatusCode(),
+			Header:     http.Header{},
+			Body:       io.NopCloser(bytes.NewReader(bytes.Clone(ctx.Response.Body()))),
+		}
+		ctx.Response.Header.VisitAll(func(k, v []byte) { resp.Header.Add(string(k), string(v)) })
+		return resp
+	}
+}

@@ -1,0 +1,33 @@
+// Package fiberv3limit is Redis-backed rate limiting middleware for Fiber
+// v3 (github.com/gofiber/fiber/v3; package fiberlimit serves Fiber v2):
+// every instance of a service shares one limit per key.
+//
+//	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Limit: core.PerSecond(10)})
+//	if err != nil { ... }
+//	app.Use(fiberv3limit.New(fiberv3limit.Config{Policy: policy}))
+//
+// Config has the shape of Fiber's own middleware configs (Next,
+// KeyGenerator, LimitReached). Unlike Fiber's own limiter, every response
+// carries the quota, denials included: every decision is httplimit's (see
+// httplimit.Policy), and this package only reads the fiber.Ctx and writes
+// the decision back, so the responses, headers, keys and client IPs are
+// those the httplimit documentation describes. Check and Reset do the same
+// from inside a handler.
+//
+// # Fiber specifics
+//
+// The default key is the address of the peer that opened the connection,
+// whatever Fiber's proxy settings; behind a reverse proxy, give
+// httplimit.KeyByIP your proxies, or key with KeyByIP to defer to Fiber's
+// TrustProxy settings.
+//
+// The route httplimit sees (KeyByRoute, Request.Route) is c.Route().Path,
+// the route being executed: for a middleware registered with app.Use, the
+// Use prefix. For per-route keys, register the middleware on the routes
+// themselves (app.Get("/items/:id", limit, handler)).
+//
+// The request context httplimit sees is c.Context(), the one set with
+// c.SetContext: fasthttp does not end a request's context when the client
+// goes away, so the wait of a core.LeakyBucket request ends early only when
+// that context ends.
+package fiberv3limit

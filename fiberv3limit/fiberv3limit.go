@@ -1,0 +1,141 @@
+package fiberv3limit
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/gofiber/fiber/v3"
+
+	"github.com/redlimit/redlimit/httplimit"
+)
+
+// Config defines the config for the middleware, in the shape of Fiber's
+// own middleware configs.
+type Config struct {
+	// Next defines a function to skip this middleware when it returns true
+	// (health checks, internal callers): those requests are neither counted
+	// nor given headers.
+	//
+	// Optional. Default: nil
+	Next func(c fiber.Ctx) bool
+
+	// Policy decides (see httplimit.New).
+	//
+	// Required.
+	Policy *httplimit.Policy
+
+	// KeyGenerator keys requests from the fiber.Ctx (the user from
+	// c.Locals, say), in the shape of Fiber's own limiter; it replaces the
+	// Policy's Key. An empty key means the request cannot be keyed: it is
+	// refused with 400 unless the Policy serves unkeyed requests.
+	//
+	// Optional. Default: nil (the Policy's Key: the client IP)
+	KeyGenerator func(c fiber.Ctx) string
+
+	// LimitReached answers the requests that do not proceed; the
+	// rate-limit headers and Retry-After are set before it runs, and
+	// d.Outcome says why (httplimit.OutcomeDenied, OutcomeFailedClosed,
+	// OutcomeNoKey, or OutcomeCanceled).
+	//
+	// Optional. Default: d.Status() and d.Body() as JSON
+	LimitReached func(c fiber.Ctx, d httplimit.Decision) error
+}
+
+// ConfigDefault is the default config. Policy has no default.
+var ConfigDefault = Config{}
+
+// New creates a new middleware handler. It panics, at start-up, without a
+// Policy.
+func New(config ...Config) fiber.Handler {
+	cfg := ConfigDefault
+	if len(config) > 0 {
+		cfg = config[0]
+	}
+	if cfg.Policy == nil {
+		panic(errors.New("fiberv3limit: Config.Policy is nil"))
+	}
+	p := cfg.Policy
+	if f := cfg.KeyGenerator; f != nil {
+		p = p.WithKey(func(r httplimit.Request) (string, error) { return f(Ctx(r)), nil })
+	}
+	return func(c fiber.Ctx) error {
+		if cfg.Next != nil && cfg.Next(c) {
+			return c.Next()
+		}
+		q := wrap(c)
+		d := p.Decide(q)
+		q.release()
+		if proceed, err := cfg.answer(c, &d); !proceed {
+			return err
+		}
+		if !d.WantsStatus() {
+			return c.Next()
+		}
+		err := c.Next()
+		d.Finish(status(c, err))
+		return err
+	}
+}
+
+// answer writes d's headers and, when the request does not proceed, its
+// answer; it reports whether the request proceeds.
+func (cfg *Config) answer(c fiber.Ctx, d *httplimit.Decision) (bool, error) {
+	d.WriteHeaders(c.Set)
+	switch {
+	case d.Proceed():
+		return true, nil
+	case cfg.LimitReached != nil:
+		return false, cfg.LimitReached(c, *d)
+	}
+	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
+	return false, c.Status(d.Status()).Send(d.Body())
+}
+
+// status is the status a handler answered with, or will through Fiber's
+// ErrorHandler when it returned err.
+func status(c fiber.Ctx, err error) int {
+	var fe *fiber.Error
+	switch {
+	case err == nil:
+		return c.Response().StatusCode()
+	case errors.As(err, &fe):
+		return fe.Code
+	}
+	return fiber.StatusInternalServerError
+}
+
+// Check decides the request at cost n under p from inside a handler, for
+// limits that depend on what the request holds (its size, the rows it asks
+// for): it writes the rate-limit headers and, when the request may not go
+// on, the answer (429, ...), and reports whether the handler should go on,
+// with the error of writing the answer.
+func Check(c fiber.Ctx, p *httplimit.Policy, n int) (bool, error) {
+	q := wrap(c)
+	d := p.DecideN(q, n)
+	q.release()
+	return (&Config{}).answer(c, &d)
+}
+
+// Reset forgets the state of the request's key under p, so its quota is
+// whole again (after a successful login, say).
+func Reset(c fiber.Ctx, p *httplimit.Policy) error {
+	q := wrap(c)
+	defer q.release()
+	return p.Reset(q)
+}
+
+// requests recycles the wrappers of fiber.Ctx: an interface is two words,
+// and a wrapper passed as an httplimit.Request by value would be allocated
+// for every request.
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+func wrap(c fiber.Ctx) *request {
+	q := requests.Get().(*request)
+	q.c = c
+	return q
+}
+
+func (q *request) release() {
+	q.c = nil
+	requests.Put(q)
+}
