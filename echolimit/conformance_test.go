@@ -13,6 +13,7 @@ import (
 	"github.com/redlimit/redlimit/echolimit"
 	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/conformance"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 func TestConformance(t *testing.T) {
@@ -74,3 +75,6 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		return resp
 	}
 }
+
+// TestMain says which real-Redis tests were skipped, without -v.
+func TestMain(m *testing.M) { redistest.Main(m) }

@@ -16,6 +16,7 @@ import (
 	"github.com/redlimit/redlimit/fiberlimit"
 	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/conformance"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 func TestConformance(t *testing.T) {
@@ -114,3 +115,6 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		return resp
 	}
 }
+
+// TestMain says which real-Redis tests were skipped, without -v.
+func TestMain(m *testing.M) { redistest.Main(m) }

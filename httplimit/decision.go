@@ -54,6 +54,8 @@ func (o Outcome) MarshalText() ([]byte, error) {
 
 // Decision is a Policy's answer for one request.
 type Decision struct {
+	// Policy is the name of the Policy that decided (Config.Name).
+	Policy string
 	// Outcome is what the request gets.
 	Outcome Outcome
 	// Result is the Limiter's answer to report: the strictest layer's, or
@@ -88,9 +90,6 @@ type layerResult struct {
 	capacity int
 	period   time.Duration
 }
-
-// Policy is the name of the Policy that decided (Config.Name).
-func (d *Decision) Policy() string { return d.policy.name }
 
 // RedisFault reports a Limiter failure that was Redis' (an error, a
 // timeout, an open circuit), not the request's: what a metric of Redis
@@ -139,13 +138,17 @@ func (d *Decision) eachLayer(f func(i int, r layerResult)) {
 
 // Proceed reports whether the request should go on to the handler.
 func (d *Decision) Proceed() bool {
+	p := d.policy
+	if p == nil {
+		p = &Policy{} // a Decision made by hand, not by a Policy
+	}
 	switch d.Outcome {
 	case OutcomeAllowed, OutcomeFailedOpen:
 		return true
 	case OutcomeNoKey:
-		return d.policy.serveUnkeyed || d.policy.dryRun
+		return p.serveUnkeyed || p.dryRun
 	case OutcomeDenied, OutcomeFailedClosed:
-		return d.policy.dryRun
+		return p.dryRun
 	}
 	return false
 }
@@ -192,7 +195,7 @@ func (d *Decision) RetryAfter() int64 {
 // fields of Config.Headers when the Limiter decided, and Retry-After when
 // the request is refused for a while.
 func (d *Decision) WriteHeaders(set func(name, value string)) {
-	if d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied {
+	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied) {
 		for _, h := range d.policy.headers {
 			h.WriteHeaders(set, d)
 		}
@@ -227,7 +230,7 @@ func (d *Decision) Body() []byte {
 // (Config.CountIf) and this request took units: then the adapter passes
 // the handler's status to Finish.
 func (d *Decision) WantsStatus() bool {
-	return d.policy.countIf != nil && (d.took || d.tookGlobal) && d.Proceed()
+	return d.policy != nil && d.policy.countIf != nil && (d.took || d.tookGlobal) && d.Proceed()
 }
 
 // Finish tells the Policy the status the handler answered with. Under

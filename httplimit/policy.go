@@ -65,7 +65,7 @@ func (p *Policy) Decide(r Request) Decision {
 // DecideN is Decide at cost n: from inside a handler, for limits that
 // depend on what the request holds (see each adapter's Check).
 func (p *Policy) DecideN(r Request, n int) Decision {
-	d := Decision{policy: p, Limit: p.limit, cost: n, ctx: r.Context()}
+	d := Decision{Policy: p.name, policy: p, Limit: p.limit, cost: n, ctx: r.Context()}
 	if p.limitFunc != nil {
 		if l, ok := p.limitFunc(r); ok {
 			d.Limit = l

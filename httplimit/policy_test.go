@@ -425,8 +425,8 @@ func TestRedisFault(t *testing.T) {
 		t.Fatalf("observed %d decisions, want %d", len(obs.decisions), len(want))
 	}
 	for i, w := range want {
-		if d := obs.decisions[i]; d.Outcome != w.outcome || d.RedisFault() != w.fault || d.Policy() != "http" {
-			t.Errorf("decision %d: %v, RedisFault %v (err %v), policy %q; want %v, %v", i, d.Outcome, d.RedisFault(), d.Err, d.Policy(), w.outcome, w.fault)
+		if d := obs.decisions[i]; d.Outcome != w.outcome || d.RedisFault() != w.fault || d.Policy != "http" {
+			t.Errorf("decision %d: %v, RedisFault %v (err %v), policy %q; want %v, %v", i, d.Outcome, d.RedisFault(), d.Err, d.Policy, w.outcome, w.fault)
 		}
 	}
 }
@@ -633,7 +633,6 @@ func TestBodies(t *testing.T) {
 		{Decision{Outcome: OutcomeCanceled}, "{\"error\":\"request canceled\"}\n"},
 		{Decision{Outcome: OutcomeAllowed}, ""},
 	} {
-		tt.d.policy = &Policy{}
 		if got := string(tt.d.Body()); got != tt.want {
 			t.Errorf("%v: body %q, want %q", tt.d.Outcome, got, tt.want)
 		}

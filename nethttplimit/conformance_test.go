@@ -9,6 +9,7 @@ import (
 
 	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/conformance"
+	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/nethttplimit"
 )
 
@@ -67,3 +68,6 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		return rec.Result()
 	}
 }
+
+// TestMain says which real-Redis tests were skipped, without -v.
+func TestMain(m *testing.M) { redistest.Main(m) }

@@ -1,9 +1,10 @@
-// Package otelmetrics records the decisions of a core.Policy as
-// OpenTelemetry metrics. An Observer is a core.Observer:
+// Package otelmetrics records the decisions of httplimit Policies, and
+// the health of their Redis, as OpenTelemetry metrics. An Observer is an
+// httplimit.Observer:
 //
-//	o, err := otelmetrics.New(otel.Meter("github.com/redlimit/redlimit"))
+//	o, err := otelmetrics.New(otel.Meter("github.com/redlimit/redlimit"), otelmetrics.WithLimiter(limiter))
 //	if err != nil { ... }
-//	p, err := core.NewPolicy(core.Policy{Limiter: l, Limit: core.PerSecond(10), Observer: o})
+//	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Observer: o})
 //
 // The instruments, with the default namespace "redlimit":
 //
@@ -12,17 +13,22 @@
 //	redlimit.decision.duration    histogram s         policy, algorithm
 //	redlimit.deny_cache.hits      counter {decision}  policy
 //	redlimit.fallback.decisions   counter {decision}  policy
+//	redlimit.redis.may_evict      gauge {bool}        (WithLimiter)
+//	redlimit.redis.evicted_keys   gauge {key}         (WithLimiter)
 //
 // Exported to Prometheus, they become the same series as package
 // prommetrics writes (redlimit_decisions_total,
 // redlimit_decision_duration_seconds, ...). policy is the Policy's Name,
-// algorithm and outcome are core.Algorithm and core.Outcome in snake_case.
+// algorithm and outcome are core.Algorithm and httplimit.Outcome in
+// snake_case. The two gauges report core.Limiter.Health: whether its Redis
+// may evict the Limiter's keys (an evicted key is a fresh quota), and the
+// keys it has evicted.
 // No instrument is given the rate-limit key as an attribute: keys are
 // unbounded, and so would the series be. Policy names should be a fixed set
 // chosen in code, not derived from requests.
 //
-// Users who do not import this package never link OpenTelemetry: core knows
-// only its own Observer interface.
+// This package is a module of its own: users who do not import it never
+// download OpenTelemetry.
 package otelmetrics
 
 import (
@@ -35,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
 // DefaultNamespace starts every instrument name unless WithNamespace says
@@ -43,7 +50,8 @@ const DefaultNamespace = "redlimit"
 
 // DefaultBuckets are the explicit bucket boundaries, in seconds, advised for
 // the decision duration histogram: 100µs to 100ms. A healthy Redis decides
-// in well under a millisecond; core.DefaultTimeout (50ms) bounds a slow one.
+// in well under a millisecond; the Limiter's timeout (50ms by default)
+// bounds a slow one.
 var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}
 
 // Attribute keys of the instruments.
@@ -59,6 +67,7 @@ type Option func(*config)
 type config struct {
 	namespace string
 	buckets   []float64
+	limiter   *core.Limiter
 }
 
 // WithNamespace sets the first part of every instrument name, joined by a
@@ -74,7 +83,15 @@ func WithBuckets(b []float64) Option {
 	return func(c *config) { c.buckets = append([]float64(nil), b...) }
 }
 
-// Observer records the decisions it observes. It implements core.Observer;
+// WithLimiter observes the health of l's Redis (core.Limiter.Health) with
+// the decisions: whether it may evict the Limiter's keys, and how many keys
+// it has evicted. Observing it asks Redis nothing. Default: none.
+func WithLimiter(l *core.Limiter) Option {
+	return func(c *config) { c.limiter = l }
+}
+
+// Observer records the decisions it observes. It implements
+// httplimit.Observer;
 // one Observer may serve any number of Policies. It is safe for concurrent
 // use. Observe allocates nothing of its own once a policy has been seen: the
 // attribute sets are made once per policy.
@@ -93,7 +110,7 @@ type Observer struct {
 
 const (
 	numAlgorithms = int(core.LeakyBucket) + 1
-	numOutcomes   = int(core.OutcomeCanceled) + 1
+	numOutcomes   = int(httplimit.OutcomeNoKey) + 1
 )
 
 // policyAttrs holds the measurement options of one policy, each a ready
@@ -128,7 +145,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		}
 	}
 	counter(&o.decisions, "decisions", "{decision}",
-		"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled).")
+		"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled, no_key).")
 	counter(&o.redisErrors, "redis.errors", "{error}",
 		"Decisions Redis failed (an error, a timeout or an open circuit breaker), by policy.")
 	counter(&o.cacheHits, "deny_cache.hits", "{decision}",
@@ -145,30 +162,55 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		return nil, fmt.Errorf("otelmetrics: %s: %w", name("decision.duration"), err)
 	}
 	o.policies.Store(&map[string]*policyAttrs{})
+	if l := cfg.limiter; l != nil {
+		mayEvict, err := meter.Int64ObservableGauge(name("redis.may_evict"), metric.WithUnit("{bool}"),
+			metric.WithDescription("1 while the Limiter's Redis may evict its keys (a maxmemory with a policy other than noeviction): an evicted key is a fresh quota."))
+		if err != nil {
+			return nil, fmt.Errorf("otelmetrics: %s: %w", name("redis.may_evict"), err)
+		}
+		evicted, err := meter.Int64ObservableGauge(name("redis.evicted_keys"), metric.WithUnit("{key}"),
+			metric.WithDescription("Keys the Limiter's Redis has evicted since it started (evicted_keys, summed over the nodes), as last read."))
+		if err != nil {
+			return nil, fmt.Errorf("otelmetrics: %s: %w", name("redis.evicted_keys"), err)
+		}
+		if _, err := meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+			h := l.Health()
+			may := int64(0)
+			if h.MayEvict {
+				may = 1
+			}
+			obs.ObserveInt64(mayEvict, may)
+			obs.ObserveInt64(evicted, h.EvictedKeys)
+			return nil
+		}, mayEvict, evicted); err != nil {
+			return nil, fmt.Errorf("otelmetrics: Redis health: %w", err)
+		}
+	}
 	return o, nil
 }
 
-// Observe implements core.Observer: it records e.
-func (o *Observer) Observe(e core.Event) {
+// Observe implements httplimit.Observer: it records d.
+func (o *Observer) Observe(d httplimit.Decision) {
 	ctx := context.Background()
-	p := o.policy(e.Policy)
-	if int(e.Algorithm) < numAlgorithms && int(e.Outcome) < numOutcomes {
-		o.decisions.Add(ctx, 1, p.decisions[e.Algorithm][e.Outcome]...)
-		o.duration.Record(ctx, e.Latency.Seconds(), p.duration[e.Algorithm]...)
+	p := o.policy(d.Policy)
+	a := d.Limit.Algorithm
+	if int(a) < numAlgorithms && int(d.Outcome) < numOutcomes {
+		o.decisions.Add(ctx, 1, p.decisions[a][d.Outcome]...)
+		o.duration.Record(ctx, d.Latency.Seconds(), p.duration[a]...)
 	} else {
 		// An algorithm or outcome newer than this package: correct, not cached.
-		o.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(e.Policy),
-			AlgorithmKey.String(e.Algorithm.String()), OutcomeKey.String(e.Outcome.String())))
-		o.duration.Record(ctx, e.Latency.Seconds(), metric.WithAttributes(PolicyKey.String(e.Policy),
-			AlgorithmKey.String(e.Algorithm.String())))
+		o.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy),
+			AlgorithmKey.String(a.String()), OutcomeKey.String(d.Outcome.String())))
+		o.duration.Record(ctx, d.Latency.Seconds(), metric.WithAttributes(PolicyKey.String(d.Policy),
+			AlgorithmKey.String(a.String())))
 	}
-	if e.RedisFault {
+	if d.RedisFault() {
 		o.redisErrors.Add(ctx, 1, p.policy...)
 	}
-	if e.Result.Cached {
+	if d.Result.Cached {
 		o.cacheHits.Add(ctx, 1, p.policy...)
 	}
-	if e.Result.Fallback {
+	if d.Result.Fallback {
 		o.fallbacks.Add(ctx, 1, p.policy...)
 	}
 }
@@ -200,11 +242,11 @@ func newPolicyAttrs(name string) *policyAttrs {
 		alg := AlgorithmKey.String(core.Algorithm(a).String())
 		p.duration[a] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(pol, alg))}
 		for out := range numOutcomes {
-			set := attribute.NewSet(pol, alg, OutcomeKey.String(core.Outcome(out).String()))
+			set := attribute.NewSet(pol, alg, OutcomeKey.String(httplimit.Outcome(out).String()))
 			p.decisions[a][out] = []metric.AddOption{metric.WithAttributeSet(set)}
 		}
 	}
 	return p
 }
 
-var _ core.Observer = (*Observer)(nil)
+var _ httplimit.Observer = (*Observer)(nil)

@@ -16,7 +16,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/metricstest"
+	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/otelmetrics"
 )
 
@@ -62,6 +64,10 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
 				for _, p := range d.DataPoints {
 					got[key(m.Name, p.Attributes)] = float64(p.Value)
 				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					got[key(m.Name, p.Attributes)] = float64(p.Value)
+				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					got[key(m.Name, p.Attributes)] = float64(p.Count)
@@ -79,59 +85,59 @@ func TestObserveSteps(t *testing.T) {
 	o, r := newObserver(t)
 	steps := []struct {
 		name  string
-		event core.Event
+		event httplimit.Decision
 		want  map[string]float64 // points that change, with their new values
 	}{
-		{"allowed", core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
-			Result: core.Result{Allowed: true, Limit: 2, Remaining: 1}},
+		{"allowed", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed, Latency: 300 * time.Microsecond,
+			Result: core.Result{Allowed: true, Remaining: 1}},
 			map[string]float64{
 				`redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`: 1,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:           1,
 				`redlimit.decision.duration_sum{algorithm="token_bucket",policy="api"}`:       0.0003,
 			}},
-		{"denied", core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 200 * time.Microsecond,
-			Result: core.Result{Limit: 2, RetryAfter: time.Second}},
+		{"denied", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Latency: 200 * time.Microsecond,
+			Result: core.Result{RetryAfter: time.Second}},
 			map[string]float64{
 				`redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`: 1,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:          2,
 				`redlimit.decision.duration_sum{algorithm="token_bucket",policy="api"}`:      0.0005,
 			}},
-		{"deny cache hit", core.Event{Policy: "api", Outcome: core.OutcomeDenied,
-			Result: core.Result{Limit: 2, RetryAfter: time.Second, Cached: true}},
+		{"deny cache hit", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied,
+			Result: core.Result{RetryAfter: time.Second, Cached: true}},
 			map[string]float64{
 				`redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`: 2,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:          3,
 				`redlimit.deny_cache.hits{policy="api"}`:                                     1,
 			}},
-		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis, RedisFault: true},
+		{"failed open", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis},
 			map[string]float64{
 				`redlimit.decisions{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:               4,
 				`redlimit.decision.duration_sum{algorithm="token_bucket",policy="api"}`:           0.0505,
 				`redlimit.redis.errors{policy="api"}`:                                             1,
 			}},
-		{"fallback", core.Event{Policy: "api", Outcome: core.OutcomeAllowed,
-			Result: core.Result{Allowed: true, Limit: 2, Fallback: true}},
+		{"fallback", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed,
+			Result: core.Result{Allowed: true, Fallback: true}},
 			map[string]float64{
 				`redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`: 2,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:           5,
 				`redlimit.fallback.decisions{policy="api"}`:                                   1,
 			}},
-		{"other policy and algorithm, failed closed", core.Event{Policy: "login", Algorithm: core.SlidingWindow,
-			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis, RedisFault: true},
+		{"other policy and algorithm, failed closed", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow},
+			Outcome: httplimit.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis},
 			map[string]float64{
 				`redlimit.decisions{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
 				`redlimit.decision.duration{algorithm="sliding_window",policy="login"}`:                 1,
 				`redlimit.decision.duration_sum{algorithm="sliding_window",policy="login"}`:             0.001,
 				`redlimit.redis.errors{policy="login"}`:                                                 1,
 			}},
-		{"canceled", core.Event{Policy: "login", Algorithm: core.LeakyBucket, Outcome: core.OutcomeCanceled,
+		{"canceled", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.LeakyBucket}, Outcome: httplimit.OutcomeCanceled,
 			Result: core.Result{Allowed: true, Delay: time.Second}},
 			map[string]float64{
 				`redlimit.decisions{algorithm="leaky_bucket",outcome="canceled",policy="login"}`: 1,
 				`redlimit.decision.duration{algorithm="leaky_bucket",policy="login"}`:            1,
 			}},
-		{"unknown algorithm and outcome still counted", core.Event{Policy: "login", Algorithm: 42, Outcome: 9},
+		{"unknown algorithm and outcome still counted", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: 42}, Outcome: 9},
 			map[string]float64{
 				`redlimit.decisions{algorithm="Algorithm(42)",outcome="Outcome(9)",policy="login"}`: 1,
 				`redlimit.decision.duration{algorithm="Algorithm(42)",policy="login"}`:              1,
@@ -149,7 +155,7 @@ func TestObserveSteps(t *testing.T) {
 
 func TestNamespaceAndBuckets(t *testing.T) {
 	o, r := newObserver(t, otelmetrics.WithNamespace("edge"), otelmetrics.WithBuckets([]float64{0.001, 0.01}))
-	o.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 5 * time.Millisecond})
+	o.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Latency: 5 * time.Millisecond})
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -175,7 +181,7 @@ func TestNamespaceAndBuckets(t *testing.T) {
 
 func TestDefaultBuckets(t *testing.T) {
 	o, r := newObserver(t)
-	o.Observe(core.Event{Policy: "api", Latency: 700 * time.Microsecond})
+	o.Observe(httplimit.Decision{Policy: "api", Latency: 700 * time.Microsecond})
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -211,7 +217,7 @@ func TestObserveAllocs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: metricstest.ErrRedis, RedisFault: true,
+	e := httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis,
 		Result: core.Result{Cached: true, Fallback: true}}
 	o.Observe(e)
 	if got := testing.AllocsPerRun(100, func() { o.Observe(e) }); got != 0 {
@@ -240,8 +246,8 @@ func benchmarkObserve(b *testing.B, meter metric.Meter) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	e := core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
-		Result: core.Result{Allowed: true, Limit: 10, Remaining: 9}}
+	e := httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed, Latency: 300 * time.Microsecond,
+		Result: core.Result{Allowed: true, Remaining: 9}}
 	o.Observe(e) // warm: the policy's attribute sets exist
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -269,8 +275,8 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	// Pass o as core.Policy.Observer; here, one decision by hand.
-	o.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied})
+	// Pass o as httplimit.Config.Observer; here, one decision by hand.
+	o.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied})
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(context.Background(), &rm)
 	for _, m := range rm.ScopeMetrics[0].Metrics {
@@ -280,3 +286,15 @@ func ExampleNew() {
 	// redlimit.decisions {decision}
 	// redlimit.decision.duration s
 }
+
+// TestLimiterHealth: with WithLimiter, a Redis that may evict the Limiter's
+// keys shows as redlimit.redis.may_evict 1, beside its evicted_keys.
+func TestLimiterHealth(t *testing.T) {
+	_, r := newObserver(t, otelmetrics.WithLimiter(metricstest.EvictingLimiter(t)))
+	metricstest.Match(t, collect(t, r), map[string]float64{
+		"redlimit.redis.may_evict{}":    1,
+		"redlimit.redis.evicted_keys{}": 0,
+	})
+}
+
+func TestMain(m *testing.M) { redistest.Main(m) }

@@ -1,9 +1,10 @@
-// Package prommetrics exports the decisions of a core.Policy as Prometheus
-// metrics. A Collector is both a core.Observer and a prometheus.Collector:
+// Package prommetrics exports the decisions of httplimit Policies, and
+// the health of their Redis, as Prometheus metrics. A Collector is both an
+// httplimit.Observer and a prometheus.Collector:
 //
-//	c := prommetrics.New()
+//	c := prommetrics.New(prommetrics.WithLimiter(limiter))
 //	prometheus.MustRegister(c)
-//	p, err := core.NewPolicy(core.Policy{Limiter: l, Limit: core.PerSecond(10), Observer: c})
+//	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Observer: c})
 //
 // The metrics, with the default namespace "redlimit":
 //
@@ -12,14 +13,20 @@
 //	redlimit_decision_duration_seconds{policy,algorithm}      histogram
 //	redlimit_deny_cache_hits_total{policy}                    counter
 //	redlimit_fallback_decisions_total{policy}                 counter
+//	redlimit_redis_may_evict                                  gauge (WithLimiter)
+//	redlimit_redis_evicted_keys                               gauge (WithLimiter)
 //
 // policy is the Policy's Name, algorithm and outcome are core.Algorithm and
-// core.Outcome in snake_case. No metric is labelled by the rate-limit key:
-// keys are unbounded, and so would the series be. Policy names should be a
-// fixed set chosen in code, not derived from requests.
+// httplimit.Outcome in snake_case. No metric is labelled by the rate-limit
+// key: keys are unbounded, and so would the series be. Policy names should
+// be a fixed set chosen in code, not derived from requests.
+// redlimit_redis_may_evict is 1 while the Limiter's Redis may evict its
+// keys (see core.Health.MayEvict): alert on it, since an evicted key is a
+// fresh quota. redlimit_redis_evicted_keys is Redis' evicted_keys as last
+// read, summed over the nodes; its rate() shows evictions as they happen.
 //
-// Users who do not import this package never link client_golang: core knows
-// only its own Observer interface.
+// This package is a module of its own: users who do not import it never
+// download client_golang.
 package prommetrics
 
 import (
@@ -29,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
 // DefaultNamespace prefixes every metric name unless WithNamespace says
@@ -37,7 +45,7 @@ const DefaultNamespace = "redlimit"
 
 // DefaultBuckets are the upper bounds, in seconds, of the decision latency
 // histogram: 100µs to 100ms. A healthy Redis decides in well under a
-// millisecond; core.DefaultTimeout (50ms) bounds a slow one.
+// millisecond; the Limiter's timeout (50ms by default) bounds a slow one.
 var DefaultBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}
 
 // Option configures a Collector.
@@ -47,6 +55,7 @@ type config struct {
 	namespace   string
 	buckets     []float64
 	constLabels prometheus.Labels
+	limiter     *core.Limiter
 }
 
 // WithNamespace sets the first part of every metric name; "" leaves names
@@ -67,7 +76,14 @@ func WithConstLabels(l prometheus.Labels) Option {
 	return func(c *config) { c.constLabels = l }
 }
 
-// Collector counts the decisions it observes. It implements core.Observer
+// WithLimiter exports the health of l's Redis (core.Limiter.Health) with
+// the decisions: whether it may evict the Limiter's keys, and how many keys
+// it has evicted. Reading it asks Redis nothing. Default: none.
+func WithLimiter(l *core.Limiter) Option {
+	return func(c *config) { c.limiter = l }
+}
+
+// Collector counts the decisions it observes. It implements httplimit.Observer
 // and prometheus.Collector; register it once and give it to any number of
 // Policies. It is safe for concurrent use. Observe does not allocate once a
 // policy, algorithm and outcome have been seen.
@@ -77,6 +93,9 @@ type Collector struct {
 	duration    *prometheus.HistogramVec
 	cacheHits   *prometheus.CounterVec
 	fallbacks   *prometheus.CounterVec
+	limiter     *core.Limiter
+	mayEvict    *prometheus.Desc
+	evicted     *prometheus.Desc
 
 	// policies maps a policy name to its children. It is copied on write:
 	// policies are few and seen early, reads are on every request.
@@ -86,7 +105,7 @@ type Collector struct {
 
 const (
 	numAlgorithms = int(core.LeakyBucket) + 1
-	numOutcomes   = int(core.OutcomeCanceled) + 1
+	numOutcomes   = int(httplimit.OutcomeNoKey) + 1
 )
 
 // policyMetrics holds one policy's children. The per-policy counters exist
@@ -103,7 +122,8 @@ type policyMetrics struct {
 }
 
 // New returns a Collector. Register it with a prometheus.Registerer and set
-// it as the Observer of the Policies it should count.
+// it as the Observer (httplimit.Config.Observer) of the Policies it should
+// count.
 func New(opts ...Option) *Collector {
 	cfg := config{namespace: DefaultNamespace, buckets: DefaultBuckets}
 	for _, opt := range opts {
@@ -116,7 +136,7 @@ func New(opts ...Option) *Collector {
 	}
 	c := &Collector{
 		decisions: counter("decisions_total",
-			"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled).",
+			"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled, no_key).",
 			"policy", "algorithm", "outcome"),
 		redisErrors: counter("redis_errors_total",
 			"Decisions Redis failed (an error, a timeout or an open circuit breaker), by policy.",
@@ -134,6 +154,14 @@ func New(opts ...Option) *Collector {
 			"policy"),
 	}
 	c.policies.Store(&map[string]*policyMetrics{})
+	if c.limiter = cfg.limiter; c.limiter != nil {
+		c.mayEvict = prometheus.NewDesc(prometheus.BuildFQName(cfg.namespace, "redis", "may_evict"),
+			"1 while the Limiter's Redis may evict its keys (a maxmemory with a policy other than noeviction): an evicted key is a fresh quota.",
+			nil, cfg.constLabels)
+		c.evicted = prometheus.NewDesc(prometheus.BuildFQName(cfg.namespace, "redis", "evicted_keys"),
+			"Keys the Limiter's Redis has evicted since it started (evicted_keys, summed over the nodes), as last read.",
+			nil, cfg.constLabels)
+	}
 	return c
 }
 
@@ -144,6 +172,10 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.duration.Describe(ch)
 	c.cacheHits.Describe(ch)
 	c.fallbacks.Describe(ch)
+	if c.limiter != nil {
+		ch <- c.mayEvict
+		ch <- c.evicted
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -153,20 +185,30 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.duration.Collect(ch)
 	c.cacheHits.Collect(ch)
 	c.fallbacks.Collect(ch)
+	if c.limiter != nil {
+		h := c.limiter.Health()
+		may := 0.0
+		if h.MayEvict {
+			may = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.mayEvict, prometheus.GaugeValue, may)
+		ch <- prometheus.MustNewConstMetric(c.evicted, prometheus.GaugeValue, float64(h.EvictedKeys))
+	}
 }
 
-// Observe implements core.Observer: it counts e.
-func (c *Collector) Observe(e core.Event) {
-	p := c.policy(e.Policy)
-	c.decision(p, e.Algorithm, e.Outcome).Inc()
-	c.latency(p, e.Algorithm).Observe(e.Latency.Seconds())
-	if e.RedisFault {
+// Observe implements httplimit.Observer: it counts d.
+func (c *Collector) Observe(d httplimit.Decision) {
+	p := c.policy(d.Policy)
+	a := d.Limit.Algorithm
+	c.decision(p, a, d.Outcome).Inc()
+	c.latency(p, a).Observe(d.Latency.Seconds())
+	if d.RedisFault() {
 		p.redisErrors.Inc()
 	}
-	if e.Result.Cached {
+	if d.Result.Cached {
 		p.cacheHits.Inc()
 	}
-	if e.Result.Fallback {
+	if d.Result.Fallback {
 		p.fallbacks.Inc()
 	}
 }
@@ -199,7 +241,7 @@ func (c *Collector) policy(name string) *policyMetrics {
 // decision returns the decisions_total child of p for a and o. Children are
 // made once; WithLabelValues returns the same child to racing callers, so a
 // lost race costs only the duplicate lookup.
-func (c *Collector) decision(p *policyMetrics, a core.Algorithm, o core.Outcome) prometheus.Counter {
+func (c *Collector) decision(p *policyMetrics, a core.Algorithm, o httplimit.Outcome) prometheus.Counter {
 	if int(a) >= numAlgorithms || int(o) >= numOutcomes {
 		// An algorithm or outcome newer than this package: correct, not cached.
 		return c.decisions.WithLabelValues(p.name, a.String(), o.String())
@@ -227,6 +269,6 @@ func (c *Collector) latency(p *policyMetrics, a core.Algorithm) prometheus.Obser
 }
 
 var (
-	_ core.Observer        = (*Collector)(nil)
+	_ httplimit.Observer   = (*Collector)(nil)
 	_ prometheus.Collector = (*Collector)(nil)
 )

@@ -12,7 +12,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/metricstest"
+	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/prommetrics"
 )
 
@@ -41,6 +43,8 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 			switch f.GetType() {
 			case dto.MetricType_COUNTER:
 				got[key] = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				got[key] = m.GetGauge().GetValue()
 			case dto.MetricType_HISTOGRAM:
 				got[key] = float64(m.GetHistogram().GetSampleCount())
 				got[strings.Replace(key, "{", "_sum{", 1)] = m.GetHistogram().GetSampleSum()
@@ -56,11 +60,11 @@ func TestObserveSteps(t *testing.T) {
 	c := prommetrics.New()
 	steps := []struct {
 		name  string
-		event core.Event
+		event httplimit.Decision
 		want  map[string]float64 // samples that change, with their new values
 	}{
-		{"allowed", core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
-			Result: core.Result{Allowed: true, Limit: 2, Remaining: 1}},
+		{"allowed", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed, Latency: 300 * time.Microsecond,
+			Result: core.Result{Allowed: true, Remaining: 1}},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:         1,
@@ -69,36 +73,36 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_deny_cache_hits_total{policy="api"}`:                                      0,
 				`redlimit_fallback_decisions_total{policy="api"}`:                                   0,
 			}},
-		{"denied", core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 200 * time.Microsecond,
-			Result: core.Result{Limit: 2, RetryAfter: time.Second}},
+		{"denied", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Latency: 200 * time.Microsecond,
+			Result: core.Result{RetryAfter: time.Second}},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:        2,
 				`redlimit_decision_duration_seconds_sum{algorithm="token_bucket",policy="api"}`:    0.0005,
 			}},
-		{"deny cache hit", core.Event{Policy: "api", Outcome: core.OutcomeDenied,
-			Result: core.Result{Limit: 2, RetryAfter: time.Second, Cached: true}},
+		{"deny cache hit", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied,
+			Result: core.Result{RetryAfter: time.Second, Cached: true}},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`: 2,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:        3,
 				`redlimit_deny_cache_hits_total{policy="api"}`:                                     1,
 			}},
-		{"failed open", core.Event{Policy: "api", Outcome: core.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis, RedisFault: true},
+		{"failed open", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:             4,
 				`redlimit_decision_duration_seconds_sum{algorithm="token_bucket",policy="api"}`:         0.0505,
 				`redlimit_redis_errors_total{policy="api"}`:                                             1,
 			}},
-		{"fallback", core.Event{Policy: "api", Outcome: core.OutcomeAllowed,
-			Result: core.Result{Allowed: true, Limit: 2, Fallback: true}},
+		{"fallback", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed,
+			Result: core.Result{Allowed: true, Fallback: true}},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`: 2,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:         5,
 				`redlimit_fallback_decisions_total{policy="api"}`:                                   1,
 			}},
-		{"other policy and algorithm, failed closed", core.Event{Policy: "login", Algorithm: core.SlidingWindow,
-			Outcome: core.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis, RedisFault: true},
+		{"other policy and algorithm, failed closed", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow},
+			Outcome: httplimit.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="sliding_window",policy="login"}`:               1,
@@ -107,13 +111,13 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_deny_cache_hits_total{policy="login"}`:                                              0,
 				`redlimit_fallback_decisions_total{policy="login"}`:                                           0,
 			}},
-		{"canceled", core.Event{Policy: "login", Algorithm: core.LeakyBucket, Outcome: core.OutcomeCanceled,
+		{"canceled", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.LeakyBucket}, Outcome: httplimit.OutcomeCanceled,
 			Result: core.Result{Allowed: true, Delay: time.Second}},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="leaky_bucket",outcome="canceled",policy="login"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="leaky_bucket",policy="login"}`:          1,
 			}},
-		{"unknown algorithm and outcome still counted", core.Event{Policy: "login", Algorithm: 42, Outcome: 9},
+		{"unknown algorithm and outcome still counted", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: 42}, Outcome: 9},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="Algorithm(42)",outcome="Outcome(9)",policy="login"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="Algorithm(42)",policy="login"}`:            1,
@@ -132,7 +136,7 @@ func TestObserveSteps(t *testing.T) {
 func TestNamespaceAndBuckets(t *testing.T) {
 	c := prommetrics.New(prommetrics.WithNamespace("edge"), prommetrics.WithBuckets([]float64{0.001, 0.01}),
 		prommetrics.WithConstLabels(prometheus.Labels{"region": "eu"}))
-	c.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied, Latency: 5 * time.Millisecond})
+	c.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Latency: 5 * time.Millisecond})
 	got := gather(t, c)
 	key := `edge_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",region="eu"}`
 	if got[key] != 1 {
@@ -157,7 +161,7 @@ func TestNoKeyLabelAndLint(t *testing.T) {
 	c := prommetrics.New()
 	// Many keys, one policy: the series count must not grow with keys.
 	for range 100 {
-		c.Observe(core.Event{Policy: "api", Outcome: core.OutcomeAllowed})
+		c.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed})
 	}
 	// decisions, duration, and the three per-policy counters.
 	if got, want := testutil.CollectAndCount(c), 5; got != want {
@@ -189,7 +193,7 @@ func TestPolicyOnMiniredis(t *testing.T) {
 // exist.
 func TestObserveAllocs(t *testing.T) {
 	c := prommetrics.New()
-	e := core.Event{Policy: "api", Outcome: core.OutcomeDenied, Err: metricstest.ErrRedis, RedisFault: true,
+	e := httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis,
 		Result: core.Result{Cached: true, Fallback: true}}
 	c.Observe(e)
 	if got := testing.AllocsPerRun(100, func() { c.Observe(e) }); got != 0 {
@@ -199,8 +203,8 @@ func TestObserveAllocs(t *testing.T) {
 
 func BenchmarkObserve(b *testing.B) {
 	c := prommetrics.New()
-	e := core.Event{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond,
-		Result: core.Result{Allowed: true, Limit: 10, Remaining: 9}}
+	e := httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed, Latency: 300 * time.Microsecond,
+		Result: core.Result{Allowed: true, Remaining: 9}}
 	c.Observe(e) // warm: the children exist
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -212,11 +216,11 @@ func BenchmarkObserve(b *testing.B) {
 
 func BenchmarkObserveMixed(b *testing.B) {
 	c := prommetrics.New()
-	events := []core.Event{
-		{Policy: "api", Outcome: core.OutcomeAllowed, Latency: 300 * time.Microsecond},
-		{Policy: "api", Outcome: core.OutcomeDenied, Result: core.Result{Cached: true}},
-		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeFailedOpen, Err: metricstest.ErrRedis, RedisFault: true},
-		{Policy: "login", Algorithm: core.SlidingWindow, Outcome: core.OutcomeAllowed, Result: core.Result{Fallback: true}},
+	events := []httplimit.Decision{
+		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Latency: 300 * time.Microsecond},
+		{Policy: "api", Outcome: httplimit.OutcomeDenied, Result: core.Result{Cached: true}},
+		{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow}, Outcome: httplimit.OutcomeFailedOpen, Err: metricstest.ErrRedis},
+		{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow}, Outcome: httplimit.OutcomeAllowed, Result: core.Result{Fallback: true}},
 	}
 	for _, e := range events {
 		c.Observe(e)
@@ -235,9 +239,21 @@ func ExampleNew() {
 	reg := prometheus.NewRegistry()
 	c := prommetrics.New()
 	reg.MustRegister(c)
-	// Pass c as core.Policy.Observer; here, one decision by hand.
-	c.Observe(core.Event{Policy: "api", Outcome: core.OutcomeDenied})
+	// Pass c as httplimit.Config.Observer; here, one decision by hand.
+	c.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied})
 	n, err := testutil.GatherAndCount(reg, "redlimit_decisions_total", "redlimit_redis_errors_total")
 	fmt.Println(n, err)
 	// Output: 2 <nil>
 }
+
+// TestLimiterHealth: with WithLimiter, a Redis that may evict the Limiter's
+// keys shows as redlimit_redis_may_evict 1, beside its evicted_keys.
+func TestLimiterHealth(t *testing.T) {
+	c := prommetrics.New(prommetrics.WithLimiter(metricstest.EvictingLimiter(t)))
+	metricstest.Match(t, gather(t, c), map[string]float64{
+		"redlimit_redis_may_evict{}":    1,
+		"redlimit_redis_evicted_keys{}": 0,
+	})
+}
+
+func TestMain(m *testing.M) { redistest.Main(m) }

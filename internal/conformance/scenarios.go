@@ -266,6 +266,21 @@ var Scenarios = []Scenario{
 		Keys: []string{"http:h:X-Api-Key:k1"},
 	},
 	{
+		// A flood without the key, failing open, with Redis up: not one of
+		// them is served, and none reaches Redis.
+		Name:    "no_key_flood_refused",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key"), Fail: httplimit.FailOpen})),
+		Steps: func() []Step {
+			steps := make([]Step, 40)
+			for i := range steps {
+				steps[i] = Step{Remote: "198.51.100." + strconv.Itoa(i) + ":1",
+					Want: Want{Status: 400, Body: noKey, ContentType: jsonType, Event: "no_key"}}
+			}
+			return steps
+		}(),
+		Keys: []string{},
+	},
+	{
 		Name: "header_key_missing_served_when_opted_in",
 		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key"),
 			ServeUnkeyed: true})),

@@ -1,5 +1,5 @@
-// Package metricstest drives a real core.Policy for the tests of the metrics
-// packages, so each checks its exporter against the same decisions.
+// Package metricstest drives a real httplimit.Policy for the tests of the
+// metrics packages, so each checks its exporter against the same decisions.
 package metricstest
 
 import (
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -23,10 +24,14 @@ type Series struct {
 // on miniredis, Redis closed before the last, and after each checks the
 // series that read returns: two allowed, one denied, one failed open with
 // one Redis error, and one duration sample per decision.
-func PolicyRun(t *testing.T, obs core.Observer, s Series, read func(t *testing.T) map[string]float64) {
+func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *testing.T) map[string]float64) {
 	t.Helper()
 	mr, rdb := redistest.Mini(t)
-	p, err := core.NewPolicy(core.Policy{Name: "api", Limiter: core.New(rdb), Limit: core.PerSecond(2), Observer: obs})
+	l, err := core.New(rdb, core.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerSecond(2), Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,13 +39,13 @@ func PolicyRun(t *testing.T, obs core.Observer, s Series, read func(t *testing.T
 	steps := []struct {
 		name    string
 		before  func()
-		outcome core.Outcome
+		outcome httplimit.Outcome
 		want    map[string]float64
 	}{
-		{"first", nil, core.OutcomeAllowed, map[string]float64{s.Allowed: 1, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 1}},
-		{"second", nil, core.OutcomeAllowed, map[string]float64{s.Allowed: 2, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 2}},
-		{"third", nil, core.OutcomeDenied, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 3}},
-		{"redis gone", mr.Close, core.OutcomeFailedOpen, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 1, s.RedisErrors: 1, s.Duration: 4}},
+		{"first", nil, httplimit.OutcomeAllowed, map[string]float64{s.Allowed: 1, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 1}},
+		{"second", nil, httplimit.OutcomeAllowed, map[string]float64{s.Allowed: 2, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 2}},
+		{"third", nil, httplimit.OutcomeDenied, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 3}},
+		{"redis gone", mr.Close, httplimit.OutcomeFailedOpen, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 1, s.RedisErrors: 1, s.Duration: 4}},
 	}
 	for _, st := range steps {
 		if st.before != nil {
@@ -59,7 +64,7 @@ func PolicyRun(t *testing.T, obs core.Observer, s Series, read func(t *testing.T
 	}
 }
 
-// request is a core.Request from one client.
+// request is an httplimit.Request from one client.
 type request struct{ ctx context.Context }
 
 func (r request) Context() context.Context  { return r.ctx }
@@ -86,4 +91,20 @@ func Match(t *testing.T, got, want map[string]float64) {
 			t.Errorf("unexpected series %s = %v", k, g)
 		}
 	}
+}
+
+// EvictingLimiter returns a Limiter on a redis-server of its own started
+// with a maxmemory and maxmemory-policy volatile-lru, which may evict the
+// Limiter's keys: its Health says so once Ping has run.
+func EvictingLimiter(t *testing.T) *core.Limiter {
+	t.Helper()
+	s := redistest.StartServer(t, "--maxmemory", "4mb", "--maxmemory-policy", "volatile-lru")
+	l, err := core.New(s.Client(t, nil), core.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := l.Ping(t.Context()); err != nil || !h.MayEvict {
+		t.Fatalf("Ping on a volatile-lru Redis: %+v, %v; want MayEvict", h, err)
+	}
+	return l
 }

@@ -9,8 +9,11 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,10 +80,7 @@ func Cluster(t testing.TB) *redis.ClusterClient {
 
 func missing(t testing.TB, env, what string) {
 	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s is not set under CI: this test needs %s and must not be skipped there", env, what)
-	}
-	t.Skipf("SKIPPED: %s is not set; this test needs %s", env, what)
+	Missing(t, "%s is not set; this test needs %s", env, what)
 }
 
 func ping(t testing.TB, rdb redis.UniversalClient, where string) {
@@ -90,4 +90,65 @@ func ping(t testing.TB, rdb redis.UniversalClient, where string) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("redis at %s does not answer: %v", where, err)
 	}
+}
+
+// skips counts the tests skipped for want of a Redis, by reason.
+var skips struct {
+	sync.Mutex
+	reasons map[string]int
+}
+
+// Missing skips a test whose prerequisite (a Redis, redis-server) is
+// absent, loudly (see Main), or fails it under CI, where every test must
+// run: a green CI must never mean a suite did not run.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("under CI=%s: %s; this test must not be skipped there", os.Getenv("CI"), msg)
+	}
+	skips.Lock()
+	if skips.reasons == nil {
+		skips.reasons = map[string]int{}
+	}
+	skips.reasons[msg]++
+	skips.Unlock()
+	t.Skipf("SKIPPED: %s", msg)
+}
+
+// Main runs a package's tests, then says which were skipped for want of a
+// Redis, one line per reason. go test shows nothing of a package that
+// passes unless -v is given, so the lines go to the terminal (/dev/tty)
+// when there is one, and to stderr otherwise.
+func Main(m *testing.M) {
+	code := m.Run()
+	skips.Lock()
+	reasons := make([]string, 0, len(skips.reasons))
+	for r := range skips.reasons {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	var b strings.Builder
+	for _, r := range reasons {
+		fmt.Fprintf(&b, "%s: SKIPPED %d tests: %s\n", pkgName(), skips.reasons[r], r)
+	}
+	skips.Unlock()
+	if b.Len() > 0 {
+		out := os.Stderr
+		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+			out = tty
+			defer tty.Close()
+		}
+		fmt.Fprint(out, b.String())
+	}
+	os.Exit(code)
+}
+
+// pkgName is the test binary's package, from its name ("core.test").
+func pkgName() string {
+	name := os.Args[0]
+	if i := strings.LastIndexAny(name, "/\\"); i >= 0 {
+		name = name[i+1:]
+	}
+	return strings.TrimSuffix(name, ".test")
 }

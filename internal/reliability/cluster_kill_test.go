@@ -12,24 +12,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // startCluster starts a cluster of its own (3 masters, 1 replica each, on
 // free loopback ports) that this test alone may break, and returns its
 // nodes by address.
-func startCluster(t *testing.T) map[string]*server {
+func startCluster(t *testing.T) map[string]*redistest.Server {
 	t.Helper()
 	cli, err := exec.LookPath("redis-cli")
 	if err != nil {
-		missing(t, "redis-cli is not on PATH (apt-get install -y redis-tools); this test creates its own Redis Cluster")
+		redistest.Missing(t, "redis-cli is not on PATH (apt-get install -y redis-tools); this test creates its own Redis Cluster")
 	}
-	nodes := map[string]*server{}
+	nodes := map[string]*redistest.Server{}
 	var addrs []string
 	for range 6 {
-		s := startServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-port", freePort(t), "--cluster-node-timeout", "1000")
-		nodes[s.addr()] = s
-		addrs = append(addrs, s.addr())
+		s := redistest.StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-port", redistest.FreePort(t), "--cluster-node-timeout", "1000")
+		nodes[s.Addr()] = s
+		addrs = append(addrs, s.Addr())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -39,8 +40,8 @@ func startCluster(t *testing.T) map[string]*server {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	for _, s := range nodes {
-		c := s.admin(t)
-		eventually(t, 30*time.Second, s.addr()+" is in a healthy cluster", func() bool {
+		c := s.Admin(t)
+		eventually(t, 30*time.Second, s.Addr()+" is in a healthy cluster", func() bool {
 			if infoField(c, "cluster", "cluster_state") != "ok" {
 				return false
 			}
@@ -67,7 +68,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	logs := &logRecorder{}
-	lim := core.New(rdb, core.WithLogger(slog.New(logs)))
+	lim := newLimiter(t, rdb, core.WithLogger(slog.New(logs)))
 
 	// Two keys on different masters: the slot is the hash tag's, that is the
 	// caller's key.
@@ -102,9 +103,9 @@ func TestClusterMasterKilled(t *testing.T) {
 	defer tr.halt()
 	tr.waitServed(t, 500, "before the kill")
 
-	nodes[victim].kill()
+	nodes[victim].Kill()
 	killed := time.Now()
-	heirClient := nodes[heir].admin(t)
+	heirClient := nodes[heir].Admin(t)
 	eventually(t, 20*time.Second, heir+" takes over from the killed "+victim, func() bool {
 		return role(heirClient) == "master"
 	})

@@ -15,9 +15,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-// request is a core.Request from a peer with headers.
+// request is an httplimit.Request from a peer with headers.
 type request struct {
 	remote string
 	header map[string]string // canonical names
@@ -31,11 +33,11 @@ func (r request) Header(name string) string {
 func (r request) Method() string { return http.MethodGet }
 func (r request) Route() string  { return "/" }
 
-func newPolicy(t *testing.T, p core.Policy) *core.Policy {
+func newPolicy(t *testing.T, cfg httplimit.Config) *httplimit.Policy {
 	t.Helper()
-	pol, err := core.NewPolicy(p)
+	pol, err := httplimit.New(cfg)
 	if err != nil {
-		t.Fatalf("NewPolicy: %v", err)
+		t.Fatalf("httplimit.New: %v", err)
 	}
 	return pol
 }
@@ -54,12 +56,12 @@ func keysOf(t *testing.T, c *redis.Client) []string {
 // other, but what reaches Redis is a short hash; two such keys differing
 // in their last byte stay apart.
 func TestHugeAPIKeyHeader(t *testing.T) {
-	s := startServer(t)
-	admin := s.admin(t)
-	pol := newPolicy(t, core.Policy{
-		Limiter: core.New(s.client(t, nil), core.WithTimeout(patient)),
+	s := redistest.StartServer(t)
+	admin := s.Admin(t)
+	pol := newPolicy(t, httplimit.Config{
+		Limiter: newLimiter(t, s.Client(t, nil), core.WithTimeout(patient)),
 		Limit:   core.Limit{Algorithm: core.SlidingWindow, Rate: 3, Period: time.Minute},
-		Key:     core.KeyByHeader("X-Api-Key", nil),
+		Key:     httplimit.KeyByHeader("X-Api-Key"),
 	})
 	huge := strings.Repeat("k", 64<<10)
 	for _, v := range []string{huge + "1", huge + "2"} {
@@ -69,8 +71,8 @@ func TestHugeAPIKeyHeader(t *testing.T) {
 			if d.Err != nil {
 				t.Fatalf("request %d with a 64 KiB key: %v", i, d.Err)
 			}
-			if got, want := d.Outcome, core.OutcomeAllowed; i >= 3 {
-				want = core.OutcomeDenied
+			if got, want := d.Outcome, httplimit.OutcomeAllowed; i >= 3 {
+				want = httplimit.OutcomeDenied
 				if got != want {
 					t.Errorf("request %d: %v, want %v", i, got, want)
 				}
@@ -80,8 +82,8 @@ func TestHugeAPIKeyHeader(t *testing.T) {
 		}
 	}
 	keys := keysOf(t, admin)
-	if len(keys) != 2 {
-		t.Fatalf("Redis holds %d keys for two 64 KiB API keys, want 2", len(keys))
+	if len(keys) != 4 { // a sliding window's log and meta, per key
+		t.Fatalf("Redis holds %d keys for two 64 KiB API keys, want 4", len(keys))
 	}
 	for _, k := range keys {
 		if len(k) >= 200 {
@@ -107,9 +109,9 @@ var hostileKeys = []string{
 // TestHostileKeys: every hostile key has a quota of its own under every
 // algorithm: no two share state, and each is limited exactly.
 func TestHostileKeys(t *testing.T) {
-	s := startServer(t)
-	admin := s.admin(t)
-	lim := core.New(s.client(t, nil), core.WithTimeout(patient))
+	s := redistest.StartServer(t)
+	admin := s.Admin(t)
+	lim := newLimiter(t, s.Client(t, nil), core.WithTimeout(patient))
 	ctx := context.Background()
 	seen := map[string]bool{}
 	for _, k := range hostileKeys {
@@ -134,23 +136,27 @@ func TestHostileKeys(t *testing.T) {
 		}
 	}
 	// Through a Policy keyed by a header, hostile values stay apart too.
-	pol := newPolicy(t, core.Policy{Limiter: lim, Key: core.KeyByHeader("X-Api-Key", nil),
+	pol := newPolicy(t, httplimit.Config{Limiter: lim, Key: httplimit.KeyByHeader("X-Api-Key"),
 		Limit: core.Limit{Algorithm: core.FixedWindow, Rate: 2, Period: time.Hour}})
 	for round := range 3 {
 		for _, k := range hostileKeys {
 			d := pol.Decide(request{remote: "192.0.2.1:1", header: map[string]string{"X-Api-Key": k}})
-			want := core.OutcomeAllowed
+			want := httplimit.OutcomeAllowed
 			if round >= 2 {
-				want = core.OutcomeDenied
+				want = httplimit.OutcomeDenied
 			}
 			if d.Err != nil || d.Outcome != want {
 				t.Errorf("Policy, X-Api-Key %q, round %d: %v (%v), want %v", k, round, d.Outcome, d.Err, want)
 			}
 		}
 	}
-	if n, err := admin.DBSize(ctx).Result(); err != nil || n != int64(len(hostileKeys)*(len(algorithms)+1)) {
-		t.Errorf("DBSIZE = %d, %v; want %d (one key per hostile key and algorithm, and per key through the Policy)",
-			n, err, len(hostileKeys)*(len(algorithms)+1))
+	// One key per hostile key and algorithm (two for the sliding window's
+	// log and meta), and one per key through the Policy.
+	{
+		want := int64(len(hostileKeys) * (len(algorithms) + 2))
+		if n, err := admin.DBSize(ctx).Result(); err != nil || n != want {
+			t.Errorf("DBSIZE = %d, %v; want %d", n, err, want)
+		}
 	}
 	if _, err := lim.Allow(ctx, "", core.PerMinute(1)); !errors.Is(err, core.ErrEmptyKey) {
 		t.Errorf("Allow with an empty key: %v, want core.ErrEmptyKey", err)
@@ -162,11 +168,11 @@ func TestHostileKeys(t *testing.T) {
 // load stops and the TTLs pass, DBSIZE is back to 0: memory is bounded by
 // the TTLs, not by how many keys an attacker can invent.
 func TestManyDistinctKeysExpire(t *testing.T) {
-	s := startServer(t)
-	admin := s.admin(t)
+	s := redistest.StartServer(t)
+	admin := s.Admin(t)
 	// The test is about memory, not latency: a long timeout, so that a
 	// saturated 2-core machine does not turn into errors.
-	lim := core.New(s.client(t, nil), core.WithTimeout(2*patient))
+	lim := newLimiter(t, s.Client(t, nil), core.WithTimeout(2*patient))
 	ctx := context.Background()
 	const run = 3 * time.Second
 	var calls atomic.Int64
@@ -226,20 +232,24 @@ func TestManyDistinctKeysExpire(t *testing.T) {
 // X-Forwarded-For, Forwarded or X-Real-IP is still limited by its own
 // address; a trusted proxy's header is used, read from the right.
 func TestSpoofedForwardedForFromUntrustedPeer(t *testing.T) {
-	s := startServer(t)
-	admin := s.admin(t)
-	trusted, err := core.ParseTrustedProxies("10.0.0.0/8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 5, Period: time.Hour}
-	lim := core.New(s.client(t, nil), core.WithTimeout(patient))
-	for _, c := range []*core.ClientIP{nil, {TrustedProxies: trusted}} {
+	s := redistest.StartServer(t)
+	admin := s.Admin(t)
+	limit := core.Limit{Algorithm: core.FixedWindow, Rate: 5, Period: time.Hour}
+	lim := newLimiter(t, s.Client(t, nil), core.WithTimeout(patient))
+	for _, c := range []*httplimit.ClientIP{nil, {TrustedProxies: []string{"10.0.0.0/8"}}} {
 		t.Run(fmt.Sprintf("trusted=%v", c != nil), func(t *testing.T) {
 			if err := admin.FlushDB(context.Background()).Err(); err != nil {
 				t.Fatal(err)
 			}
-			pol := newPolicy(t, core.Policy{Limiter: lim, Limit: limit, Key: core.KeyByIP(c)})
+			var ci httplimit.ClientIP
+			if c != nil {
+				ci = *c
+			}
+			byIP, err := httplimit.KeyByIP(ci)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: limit, Key: byIP})
 			allowed := 0
 			for i := range 30 {
 				fake := fmt.Sprintf("198.51.100.%d", i)
@@ -288,32 +298,32 @@ func TestSpoofedForwardedForFromUntrustedPeer(t *testing.T) {
 // ErrInvalidCost, write nothing, and a Policy never serves such a request,
 // even when it fails open, unless it is a dry run.
 func TestInvalidCosts(t *testing.T) {
-	s := startServer(t)
-	admin := s.admin(t)
-	lim := core.New(s.client(t, nil), core.WithTimeout(patient))
+	s := redistest.StartServer(t)
+	admin := s.Admin(t)
+	lim := newLimiter(t, s.Client(t, nil), core.WithTimeout(patient))
 	ctx := context.Background()
 	limit := core.Limit{Rate: 10, Period: time.Minute}
 	costs := []int{math.MinInt, -1_000_000, -1, 0, 11, 1 << 40, math.MaxInt}
 	for _, a := range algorithms {
 		for _, n := range costs {
-			if _, err := lim.AllowN(ctx, "k", limit.With(a), n); !errors.Is(err, core.ErrInvalidCost) {
+			if _, err := lim.AllowN(ctx, "k", with(limit, a), n); !errors.Is(err, core.ErrInvalidCost) {
 				t.Errorf("%v: AllowN(n=%d): %v, want core.ErrInvalidCost", a, n, err)
 			}
 		}
-		if _, err := lim.AllowLayers(ctx, "k", []core.Limit{limit.With(a)}, -1); !errors.Is(err, core.ErrInvalidCost) {
+		if _, err := lim.AllowLayers(ctx, "k", []core.Limit{with(limit, a)}, -1); !errors.Is(err, core.ErrInvalidCost) {
 			t.Errorf("%v: AllowLayers(n=-1): %v, want core.ErrInvalidCost", a, err)
 		}
 	}
-	for _, fail := range []core.FailPolicy{core.FailOpen, core.FailClosed} {
+	for _, fail := range []httplimit.FailPolicy{httplimit.FailOpen, httplimit.FailClosed} {
 		for _, dry := range []bool{false, true} {
 			for _, n := range costs {
-				pol := newPolicy(t, core.Policy{Limiter: lim, Limit: limit, Fail: fail, DryRun: dry,
-					Cost: func(core.Request) int { return n }})
+				pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: limit, Fail: fail, DryRun: dry,
+					Cost: func(httplimit.Request) int { return n }})
 				d := pol.Decide(request{remote: "192.0.2.1:1"})
 				// A dry run enforces nothing, by design: it reports the
 				// refusal (outcome and error) but serves the request, so a
 				// buggy cost function cannot break traffic during a rollout.
-				if d.Proceed() != dry || d.Outcome != core.OutcomeFailedClosed || !errors.Is(d.Err, core.ErrInvalidCost) {
+				if d.Proceed() != dry || d.Outcome != httplimit.OutcomeFailedClosed || !errors.Is(d.Err, core.ErrInvalidCost) {
 					t.Errorf("fail %v, dry run %v, cost %d: Proceed() = %v, outcome %v, err %v; want failed_closed with core.ErrInvalidCost, served only in a dry run",
 						fail, dry, n, d.Proceed(), d.Outcome, d.Err)
 				}
@@ -327,12 +337,12 @@ func TestInvalidCosts(t *testing.T) {
 
 // TestOverflowingLimits: a Limit whose arithmetic would leave the exact
 // range of Redis' Lua numbers is refused with ErrInvalidLimit and an error
-// that names the problem, everywhere: Validate, Allow, NewPolicy, and a
+// that names the problem, everywhere: Validate, Allow, httplimit.New, and a
 // Policy's LimitFunc (which then never serves the request).
 func TestOverflowingLimits(t *testing.T) {
-	s := startServer(t)
-	admin := s.admin(t)
-	lim := core.New(s.client(t, nil), core.WithTimeout(patient))
+	s := redistest.StartServer(t)
+	admin := s.Admin(t)
+	lim := newLimiter(t, s.Client(t, nil), core.WithTimeout(patient))
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -365,11 +375,11 @@ func TestOverflowingLimits(t *testing.T) {
 			if _, err := lim.Allow(ctx, "k", tc.limit); !errors.Is(err, core.ErrInvalidLimit) {
 				t.Errorf("Allow: %v, want core.ErrInvalidLimit", err)
 			}
-			if _, err := core.NewPolicy(core.Policy{Limiter: lim, Limit: tc.limit}); !errors.Is(err, core.ErrInvalidLimit) {
-				t.Errorf("NewPolicy: %v, want core.ErrInvalidLimit", err)
+			if _, err := httplimit.New(httplimit.Config{Limiter: lim, Limit: tc.limit}); !errors.Is(err, core.ErrInvalidLimit) {
+				t.Errorf("httplimit.New: %v, want core.ErrInvalidLimit", err)
 			}
-			pol := newPolicy(t, core.Policy{Limiter: lim, Limit: core.PerSecond(1),
-				LimitFunc: func(core.Request) (core.Limit, bool) { return tc.limit, true }})
+			pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: core.PerSecond(1),
+				LimitFunc: func(httplimit.Request) (core.Limit, bool) { return tc.limit, true }})
 			if d := pol.Decide(request{remote: "192.0.2.1:1"}); d.Proceed() || !errors.Is(d.Err, core.ErrInvalidLimit) {
 				t.Errorf("Policy with the Limit from LimitFunc: Proceed() = %v, outcome %v, err %v; want a refusal", d.Proceed(), d.Outcome, d.Err)
 			}
@@ -384,7 +394,7 @@ func TestOverflowingLimits(t *testing.T) {
 		{Algorithm: core.LeakyBucket, Rate: 5e14, Period: time.Hour},
 	} {
 		key := "huge-" + l.Algorithm.String()
-		if res, err := lim.AllowN(ctx, key, l, l.Rate); err != nil || !res.Allowed || res.Limit != l.Rate {
+		if res, err := lim.AllowN(ctx, key, l, l.Rate); err != nil || !res.Allowed || res.Granted != l.Rate {
 			t.Errorf("%v 5e14 per hour, AllowN(5e14) on a fresh key: %+v, %v; want admitted", l.Algorithm, res, err)
 		}
 		// A tenth of an hour's worth takes about 6 minutes to refill.

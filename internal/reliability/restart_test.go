@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // traffic is n goroutines calling Allow in a loop until halt, counting
@@ -143,9 +144,9 @@ func exactly(t *testing.T, lim *core.Limiter, key string, limit core.Limit) {
 // goroutines and started again on the same port. Calls fail only during
 // the outage; the same Limiter then limits exactly again.
 func TestRedisRestartMidTraffic(t *testing.T) {
-	s := startServer(t)
+	s := redistest.StartServer(t)
 	const cooldown = 100 * time.Millisecond
-	lim := core.New(s.client(t, nil), core.WithBreaker(5, cooldown))
+	lim := newLimiter(t, s.Client(t, nil), core.WithBreaker(5, cooldown))
 	unlimited := core.Limit{Algorithm: core.SlidingWindowCounter, Rate: 1_000_000, Period: time.Minute}
 	tr := startTraffic(lim, 8, unlimited, func(g, i int) string { return fmt.Sprint("g", g, ":", i%50) })
 	defer tr.halt()
@@ -155,9 +156,9 @@ func TestRedisRestartMidTraffic(t *testing.T) {
 		t.Fatalf("%d failures before the kill: %v", n, tr.failuresAfter(time.Time{})[0].err)
 	}
 	killed := time.Now()
-	s.kill()
+	s.Kill()
 	eventually(t, 5*time.Second, "calls fail while Redis is down", func() bool { return tr.failed.Load() > 0 })
-	s.restart()
+	s.Restart()
 	restarted := time.Now()
 	served := tr.served()
 	eventually(t, cooldown+5*time.Second, "decisions resume after the restart", func() bool { return tr.served() > served })
@@ -188,20 +189,20 @@ func TestRedisRestartMidTraffic(t *testing.T) {
 		len(failures), last.Sub(killed).Round(time.Millisecond), restarted.Sub(killed).Round(time.Millisecond),
 		recovered.Sub(restarted).Round(time.Millisecond), tr.served())
 
-	exact := core.New(s.client(t, nil), core.WithTimeout(patient))
+	exact := newLimiter(t, s.Client(t, nil), core.WithTimeout(patient))
 	exactly(t, exact, "after-restart", core.Limit{Algorithm: core.SlidingWindow, Rate: 40, Period: time.Minute})
 }
 
 // TestScriptFlushMidRun: SCRIPT FLUSH under traffic is invisible: go-redis
 // falls back from EVALSHA to EVAL, no call fails, and the limit stays exact.
 func TestScriptFlushMidRun(t *testing.T) {
-	s := startServer(t)
-	rdb := s.client(t, nil)
+	s := redistest.StartServer(t)
+	rdb := s.Client(t, nil)
 	var sent counter
 	rdb.AddHook(&sent)
-	admin := s.admin(t)
+	admin := s.Admin(t)
 	// Any failure would be the flush's: no timeout can get in the way.
-	lim := core.New(rdb, core.WithTimeout(patient))
+	lim := newLimiter(t, rdb, core.WithTimeout(patient))
 	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 300, Period: time.Minute}
 	tr := startTraffic(lim, 8, limit, func(int, int) string { return "hot" })
 	defer tr.halt()
@@ -225,7 +226,7 @@ func TestScriptFlushMidRun(t *testing.T) {
 	if got := tr.admitted.Load(); got != int64(limit.Rate) {
 		t.Errorf("%d decisions (%d denied): %d admitted, want exactly %d", tr.served(), tr.denied.Load(), got, limit.Rate)
 	}
-	if n, err := admin.ZCard(context.Background(), "ratelimit:{hot}:sw").Result(); err != nil || n != int64(limit.Rate) {
+	if n, err := admin.ZCard(context.Background(), "ratelimit:{hot}:sw2").Result(); err != nil || n != int64(limit.Rate) {
 		t.Errorf("ZCARD of the window = %d, %v; want %d", n, err, limit.Rate)
 	}
 	t.Logf("%d SCRIPT FLUSHes, %d EVAL fallbacks, %d decisions, 0 failures", flushes, sent.evals.Load(), tr.served())
@@ -237,14 +238,14 @@ func TestScriptFlushMidRun(t *testing.T) {
 // timeout or a deadline), decisions never over-admit, and the failures stop
 // when Redis answers again.
 func TestPoolExhaustion(t *testing.T) {
-	s := startServer(t)
-	rdb := s.client(t, func(o *redis.Options) {
+	s := redistest.StartServer(t)
+	rdb := s.Client(t, func(o *redis.Options) {
 		o.PoolSize = 2
 		o.PoolTimeout = 20 * time.Millisecond
 	})
-	admin := s.admin(t)
+	admin := s.Admin(t)
 	// The breaker is off: the pool, not the breaker, is under test.
-	lim := core.New(rdb, core.WithTimeout(50*time.Millisecond), core.WithBreaker(0, 0))
+	lim := newLimiter(t, rdb, core.WithTimeout(50*time.Millisecond), core.WithBreaker(0, 0))
 	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 2000, Period: time.Minute}
 	tr := startTraffic(lim, 50, limit, func(int, int) string { return "hot" })
 	defer tr.halt()
@@ -287,7 +288,7 @@ func TestPoolExhaustion(t *testing.T) {
 	t.Logf("failures by 50ms bucket relative to Redis waking up: %v", hist)
 	// A call that timed out may still have been counted by Redis: what
 	// callers saw admitted <= what Redis holds <= the limit.
-	held, err := admin.ZCard(context.Background(), "ratelimit:{hot}:sw").Result()
+	held, err := admin.ZCard(context.Background(), "ratelimit:{hot}:sw2").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,24 +10,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-// latencyBound is what a decision may cost when Redis does not answer: the
-// Limiter's timeout (core.DefaultTimeout, 50 ms) plus a generous margin for
-// a loaded 2-core CI machine under -race.
-const latencyBound = 500 * time.Millisecond
+// defaultTimeout is the Limiter's timeout without WithTimeout.
+const defaultTimeout = 50 * time.Millisecond
 
-func TestDefaultTimeoutIsWellUnder100ms(t *testing.T) {
-	if got, want := core.DefaultTimeout, 100*time.Millisecond; got <= 0 || got >= want {
-		t.Errorf("core.DefaultTimeout = %v, want > 0 and < %v", got, want)
-	}
-}
+// latencyBound is what a decision may cost when Redis does not answer: the
+// Limiter's timeout (50 ms by default) plus a generous margin for a loaded
+// 2-core CI machine under -race.
+const latencyBound = 500 * time.Millisecond
 
 // waitUnresponsive polls PING until the server stops answering within
 // 20 ms, so a test knows a DEBUG SLEEP it sent has begun.
-func waitUnresponsive(t *testing.T, s *server) {
+func waitUnresponsive(t *testing.T, s *redistest.Server) {
 	t.Helper()
-	probe := s.client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	probe := s.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
 	eventually(t, 2*time.Second, "redis stops answering PING", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
@@ -43,11 +41,11 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 	for _, fault := range []string{"DEBUG SLEEP 1", "SIGSTOP"} {
 		for _, ctxTimeout := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", fault, ctxTimeout), func(t *testing.T) {
-				s := startServer(t)
-				rdb := s.client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = ctxTimeout })
+				s := redistest.StartServer(t)
+				rdb := s.Client(t, func(o *redis.Options) { o.ContextTimeoutEnabled = ctxTimeout })
 				// The breaker is off so that every call really goes to Redis
 				// and waits; the timeout is the default.
-				lim := core.New(rdb, core.WithBreaker(0, 0))
+				lim := newLimiter(t, rdb, core.WithBreaker(0, 0))
 				ctx := context.Background()
 				limit := core.PerMinute(100)
 				if _, err := lim.Allow(ctx, "k", limit); err != nil {
@@ -57,12 +55,12 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 				var slept chan error
 				switch fault {
 				case "DEBUG SLEEP 1":
-					admin := s.admin(t)
+					admin := s.Admin(t)
 					slept = make(chan error, 1)
 					go func() { slept <- admin.Do(context.Background(), "DEBUG", "SLEEP", "1").Err() }()
 					waitUnresponsive(t, s)
 				case "SIGSTOP":
-					s.pause()
+					s.Pause()
 				}
 
 				var worst time.Duration
@@ -77,10 +75,10 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 						t.Errorf("call %d: error %v, want one wrapping context.DeadlineExceeded", i, err)
 					}
 					if took > latencyBound {
-						t.Errorf("call %d took %v, want < %v (timeout %v)", i, took, latencyBound, core.DefaultTimeout)
+						t.Errorf("call %d took %v, want < %v (timeout %v)", i, took, latencyBound, defaultTimeout)
 					}
 				}
-				t.Logf("%s: 5 calls failed, the slowest after %v (timeout %v)", fault, worst, core.DefaultTimeout)
+				t.Logf("%s: 5 calls failed, the slowest after %v (timeout %v)", fault, worst, defaultTimeout)
 
 				switch fault {
 				case "DEBUG SLEEP 1":
@@ -93,7 +91,7 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 						t.Fatalf("DEBUG SLEEP 1: %v", err)
 					}
 				case "SIGSTOP":
-					s.resume()
+					s.Resume()
 				}
 				// Recovery needs nothing but Redis answering again.
 				eventually(t, 5*time.Second, "Allow succeeds again", func() bool {
@@ -108,10 +106,10 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 // TestCallerDeadlineShorterThanTimeout: the caller's own deadline bounds the
 // decision too.
 func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
-	s := startServer(t)
-	lim := core.New(s.client(t, nil), core.WithTimeout(time.Second), core.WithBreaker(0, 0))
-	s.pause()
-	defer s.resume()
+	s := redistest.StartServer(t)
+	lim := newLimiter(t, s.Client(t, nil), core.WithTimeout(time.Second), core.WithBreaker(0, 0))
+	s.Pause()
+	defer s.Resume()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
