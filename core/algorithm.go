@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"time"
 )
 
 // Algorithm selects how a Limit is enforced. See the package documentation
@@ -45,6 +46,9 @@ type algorithm struct {
 	refund bool
 	// args is the Limit as the script's ARGV lists it.
 	args func(params) []any
+	// leaseLeft, for algorithms that can lease (see WithLeases), is how
+	// long units granted in r stay in the window they were counted in.
+	leaseLeft func(r Result, p params) time.Duration
 }
 
 var algorithms = [...]algorithm{
@@ -53,9 +57,12 @@ var algorithms = [...]algorithm{
 	SlidingWindow: {name: "sliding_window", suffixes: []string{":sw2", ":sw2m"}, source: slidingWindowLua,
 		args: windowArgs},
 	SlidingWindowCounter: {name: "sliding_window_counter", suffixes: []string{":swc2"}, source: slidingWindowCounterLua,
-		refund: true, args: windowArgs},
+		refund: true, args: windowArgs,
+		// Reset is the end of the next window once the current one counts.
+		leaseLeft: func(r Result, p params) time.Duration { return r.ResetAfter - time.Duration(p.period)*time.Microsecond }},
 	FixedWindow: {name: "fixed_window", suffixes: []string{":fw2"}, source: fixedWindowLua,
-		refund: true, args: windowArgs},
+		refund: true, args: windowArgs,
+		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
 	LeakyBucket: {name: "leaky_bucket", suffixes: []string{":lb2"}, source: leakyBucketLua,
 		burst: true, refund: true, args: func(p params) []any { return append(bucketArgs(p), p.maxDelay) }},
 }

@@ -39,6 +39,7 @@ type Limiter struct {
 	denied   *denyCache // nil unless WithDenyCache
 	fallback *sketch    // nil unless WithLocalFallback
 	batch    *batcher   // nil when batching is off
+	leases   *leases    // nil unless WithLeases
 	health   healthState
 	prepared [8]atomic.Pointer[prepared]
 }
@@ -88,6 +89,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	}
 	if cfg.batch > 1 {
 		l.batch = newBatcher(cfg.batch)
+	}
+	if cfg.leaseShare > 0 {
+		l.leases = newLeases(cfg.leaseShare)
 	}
 	l.health.log = cfg.log
 	l.health.watch(l)
@@ -184,14 +188,17 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return err
 }
 
-// forget drops the denials this instance remembers for tag.
+// forget drops the denials and leases this instance holds for tag.
 func (l *Limiter) forget(tag string) {
-	if l.denied == nil {
-		return
-	}
 	var buf [2]string
 	for a := range algorithms {
-		l.denied.forget(stateKeys(buf[:0], l.prefix, tag, Algorithm(a), 0)[0])
+		k := stateKeys(buf[:0], l.prefix, tag, Algorithm(a), 0)[0]
+		if l.denied != nil {
+			l.denied.forget(k)
+		}
+		if l.leases != nil {
+			l.leases.forget(k)
+		}
 	}
 }
 
@@ -255,30 +262,33 @@ func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n, mode i
 	if mode == modeAtMost {
 		need = 1
 	}
-	if l.denied != nil {
-		if takes {
-			if res, ok := l.denied.get(keys[0], limit, need, sent); ok {
-				return res, nil
-			}
-		} else if mode == modeRefund {
-			l.denied.forget(keys[0])
-		}
-	}
 	var res Result
-	if l.breaker.allow(sent) {
-		bctx, cancel := l.bound(ctx)
-		res, err = l.run(bctx, pr, tag, keys, n, mode)
-		cancel()
-		l.breaker.record(ctx, err, time.Now())
-		l.health.tick(l, sent)
-	} else {
-		err = ErrUnavailable
+	leased := false
+	if l.leases != nil && mode == modeConsume && l.leases.capFor(pr) >= 2 {
+		res, leased, err = l.leases.decide(ctx, l, pr, tag, keys, key, n)
+	} else if mode == modeRefund && l.leases != nil {
+		l.leases.refunded(keys[0])
+	}
+	if !leased {
+		if l.denied != nil {
+			if takes {
+				if res, ok := l.denied.get(keys[0], limit, need, sent); ok {
+					return res, nil
+				}
+			} else if mode == modeRefund {
+				l.denied.forget(keys[0])
+			}
+		}
+		res, err = l.ask(ctx, pr, tag, keys, n, mode, sent)
 	}
 	if err != nil {
 		if l.fallback != nil && takes && redisFault(ctx, err) {
 			return l.fallback.allow(keys[0], limit, n, mode == modeAtMost, time.Now())
 		}
 		return Result{}, err
+	}
+	if leased {
+		return res, nil
 	}
 	if mode == modePeek {
 		res.Granted = 0
@@ -287,6 +297,20 @@ func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n, mode i
 		l.denied.put(keys[0], limit, need, sent, time.Now(), res)
 	}
 	return res, nil
+}
+
+// ask makes one decision in Redis, through the circuit breaker, within
+// the Limiter's timeout.
+func (l *Limiter) ask(ctx context.Context, pr *prepared, tag string, keys []string, n, mode int, sent time.Time) (Result, error) {
+	if !l.breaker.allow(sent) {
+		return Result{}, ErrUnavailable
+	}
+	bctx, cancel := l.bound(ctx)
+	res, err := l.run(bctx, pr, tag, keys, n, mode)
+	cancel()
+	l.breaker.record(ctx, err, time.Now())
+	l.health.tick(l, sent)
+	return res, err
 }
 
 // run makes one decision in Redis: in a batch with concurrent callers of

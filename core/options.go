@@ -19,6 +19,7 @@ type config struct {
 	fallback        *fallbackConfig
 	log             func() *slog.Logger
 	batch           int
+	leaseShare      float64
 	errs            []error
 }
 
@@ -151,5 +152,38 @@ func WithBatching(max int) Option {
 			c.fail("WithBatching: max must be >= 1, got %d", max)
 		}
 		c.batch = max
+	}
+}
+
+// WithLeases lets the Limiter take a slice of a busy key's quota from Redis
+// in one call and spend it in process, for limits of thousands of requests
+// per second and more, where one round trip per request is the cost. It
+// applies to FixedWindow and SlidingWindowCounter limits: a lease lives
+// only inside the window its units were counted in, so spending them later
+// in that window keeps the window's bound exact. (A TokenBucket or
+// SlidingWindow has no such window: a unit taken at one instant and spent
+// at a later one could join a burst the limit refuses.)
+//
+// A lease asks for twice what the key's last lease served on this
+// instance, starting at one unit, and at most share of the Limit's
+// capacity. It lasts until its window ends, or 250ms, whichever is first;
+// unused units then go back to Redis (those of a window about to end
+// expire with it). A denial is remembered until its RetryAfter, like
+// WithDenyCache. Requests of more than one unit are served from a lease
+// when it has them, and otherwise asked of Redis as without leases.
+//
+// Units are counted in Redis before they are spent, so the instances
+// together never admit more than the limit. The error is on the strict side
+// only: units held unused in other instances' leases. In one window it is
+// at most (instances - 1) × share × capacity, and less in practice, since a
+// lease is sized to demand. A Reset does not reach other instances' leases:
+// their units are spent on top of the fresh quota. At most 4096 keys are
+// leased at once; others are decided in Redis, a call each. Default: off.
+func WithLeases(share float64) Option {
+	return func(c *config) {
+		if !(share > 0 && share <= 0.5) {
+			c.fail("WithLeases: share must be in (0, 0.5], got %v", share)
+		}
+		c.leaseShare = share
 	}
 }

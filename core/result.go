@@ -41,6 +41,11 @@ type Result struct {
 	// Fallback reports a decision made in process (WithLocalFallback)
 	// because Redis could not answer.
 	Fallback bool
+	// Leased reports a decision made through this instance's lease of the
+	// key's quota (WithLeases): Redis was asked only if the lease had run
+	// out. Remaining is then what Redis had left when the lease was taken,
+	// plus the lease's own units.
+	Leased bool
 }
 
 // errBadReply is returned when Redis answers with something the scripts

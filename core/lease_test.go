@@ -1,0 +1,215 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// TestLeaseOneInstance: with leases, one instance still admits exactly the
+// window's Rate, asks Redis a few times instead of once per request, and
+// once the window is spent denies locally until its end.
+func TestLeaseOneInstance(t *testing.T) {
+	for _, a := range []Algorithm{FixedWindow, SlidingWindowCounter} {
+		t.Run(a.String(), func(t *testing.T) {
+			ctx := context.Background()
+			_, rdb := redistest.Mini(t) // Redis' clock stands still: one window
+			var count opsCounter
+			rdb.AddHook(&count)
+			l := opsNew(t, rdb, opsPatient, WithLeases(0.25))
+			limit := Limit{Algorithm: a, Rate: 100, Period: time.Hour}
+			if _, err := l.Peek(ctx, "warm-up", limit); err != nil { // loads the script
+				t.Fatal(err)
+			}
+			count.cmds.Store(0)
+			admitted, leased := 0, 0
+			for i := range 150 {
+				r, err := l.Allow(ctx, "hot", limit)
+				if err != nil {
+					t.Fatalf("request %d: %v", i+1, err)
+				}
+				if r.Allowed {
+					admitted++
+				} else if r.RetryAfter <= 0 || r.RetryAfter > time.Hour {
+					t.Errorf("request %d denied with RetryAfter %v, want (0, 1h]", i+1, r.RetryAfter)
+				}
+				if r.Leased {
+					leased++
+				}
+				if r.Remaining < 0 || r.Remaining > 100 {
+					t.Errorf("request %d: Remaining %d outside [0, 100]", i+1, r.Remaining)
+				}
+			}
+			calls := count.cmds.Load()
+			t.Logf("150 requests: %d admitted, %d answered from the lease, %d Redis calls", admitted, leased, calls)
+			if admitted != 100 {
+				t.Errorf("admitted %d, want exactly the window's 100", admitted)
+			}
+			// Leases of 1, 2, 4, ... capped at 25, then one denial.
+			if calls > 12 {
+				t.Errorf("%d Redis calls for 150 requests, want at most 12", calls)
+			}
+			if r, err := l.Peek(ctx, "hot", limit); err != nil || r.Remaining != 0 {
+				t.Errorf("Peek after the window is spent: %+v, %v; want Remaining 0 in Redis", r, err)
+			}
+		})
+	}
+}
+
+// TestLeaseInstancesShareExactly: four instances hammer one key at once;
+// together they never admit more than the window's Rate, and since every
+// one keeps asking, units leased are spent: they admit all of it.
+func TestLeaseInstancesShareExactly(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	limit := Limit{Algorithm: FixedWindow, Rate: 1000, Period: time.Hour}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		l := opsNew(t, rdb, opsPatient, WithLeases(1.0/8))
+		for range 8 {
+			wg.Go(func() {
+				for range 400 {
+					r, err := l.Allow(context.Background(), "shared", limit)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 1000 {
+		t.Errorf("4 instances admitted %d, want exactly 1000", got)
+	}
+}
+
+// TestLeaseReturnsUnused: a lease whose life ends before its window hands
+// its unused units back to Redis, and its key leaves the table.
+func TestLeaseReturnsUnused(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
+	for range 7 { // leases of 1, 2 and 4 units
+		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow: %+v, %v", r, err)
+		}
+	}
+	r, err := l.Allow(ctx, "k", limit) // a lease of 8 (twice the last one's 4), 1 spent
+	if err != nil || !r.Allowed {
+		t.Fatalf("Allow: %+v, %v", r, err)
+	}
+	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-15 {
+		t.Fatalf("Redis has %d left, want 85 (15 leased)", p.Remaining)
+	}
+	e := l.leases.m[stateKeys(nil, l.prefix, escapeTag("k"), FixedWindow, 0)[0]]
+	e.mu.Lock()
+	gen, units := e.gen, e.units
+	e.mu.Unlock()
+	if units != 7 {
+		t.Fatalf("the lease holds %d units, want 7", units)
+	}
+	e.expire(l, gen)
+	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-8 {
+		t.Errorf("after the lease ended, Redis has %d left, want 92 (the 7 unused came back)", p.Remaining)
+	}
+	if n := len(l.leases.m); n != 0 {
+		t.Errorf("%d keys still leased, want 0", n)
+	}
+	// A stale timer (an older lease) does nothing.
+	e.expire(l, gen-1)
+}
+
+// TestLeaseOnlyWindows: a TokenBucket limit is never leased (every request
+// asks Redis), nor is a limit whose share of capacity is under 2 units.
+func TestLeaseOnlyWindows(t *testing.T) {
+	ctx := context.Background()
+	for _, limit := range []Limit{PerHour(100), {Algorithm: FixedWindow, Rate: 3, Period: time.Hour}} {
+		_, rdb := redistest.Mini(t)
+		var count opsCounter
+		rdb.AddHook(&count)
+		l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+		if _, err := l.Peek(ctx, "warm-up", limit); err != nil { // loads the script
+			t.Fatal(err)
+		}
+		count.cmds.Store(0)
+		for range 10 {
+			if r, err := l.Allow(ctx, "k", limit); err != nil || r.Leased {
+				t.Fatalf("%v: %+v, %v; want a decision by Redis", limit, r, err)
+			}
+		}
+		if got := count.cmds.Load(); got != 10 {
+			t.Errorf("%v: 10 requests made %d Redis calls, want 10", limit, got)
+		}
+	}
+}
+
+// TestLeaseLargerRequests: a request of n > 1 is served from the lease when
+// it has n units, and otherwise decided by Redis exactly, with its own
+// RetryAfter.
+func TestLeaseLargerRequests(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+	limit := Limit{Algorithm: SlidingWindowCounter, Rate: 10, Period: time.Hour}
+	admitted := 0
+	for range 20 {
+		r, err := l.AllowN(ctx, "k", limit, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted += 3
+		}
+	}
+	if admitted != 9 {
+		t.Errorf("admitted %d units in requests of 3, want 9 of 10", admitted)
+	}
+	r, err := l.Allow(ctx, "k", limit)
+	if err != nil || !r.Allowed {
+		t.Errorf("the 10th unit: %+v, %v; want admitted", r, err)
+	}
+}
+
+// TestLeaseReset: Reset drops this instance's lease, so its units, counted
+// in the state Reset deleted, are not spent on top of the fresh quota.
+func TestLeaseReset(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+	limit := Limit{Algorithm: FixedWindow, Rate: 10, Period: time.Hour}
+	for range 4 { // leases of 1, 2, then 4 with 3 unspent
+		if _, err := l.Allow(ctx, "k", limit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Reset(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	admitted := 0
+	for range 20 {
+		if r, err := l.Allow(ctx, "k", limit); err == nil && r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("after Reset: %d admitted, want the fresh 10", admitted)
+	}
+}
+
+func TestWithLeasesInvalid(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	for _, share := range []float64{0, -0.1, 0.6, 1} {
+		if _, err := New(rdb, WithLeases(share)); err == nil {
+			t.Errorf("WithLeases(%v): no error", share)
+		}
+	}
+}
