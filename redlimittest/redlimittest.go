@@ -1,0 +1,104 @@
+// Package redlimittest runs redlimit on an in-process Redis (miniredis)
+// whose clock the test controls, so the limits of an application's
+// handlers can be tested without a Redis server and without sleeping:
+//
+//	func TestLoginIsLimited(t *testing.T) {
+//		r := redlimittest.Start(t)
+//		limiter := r.NewLimiter()
+//		handler := newServer(limiter) // the application, with its policies
+//		// ... five logins get 401, the sixth 429 ...
+//		r.Advance(time.Minute) // the window passes, without waiting
+//		// ... the next login gets 401 again ...
+//	}
+//
+// The scripts run on miniredis' Lua, which decides as Redis does; test
+// against a real Redis too where Redis itself matters (timeouts, Cluster,
+// memory).
+package redlimittest
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Epoch is where the clock of every Redis from Start begins: a fixed
+// instant, so a test's numbers are the same on every run.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Redis is an in-process Redis for one test, with a clock that moves only
+// when the test says so.
+type Redis struct {
+	tb  testing.TB
+	mr  *miniredis.Miniredis
+	rdb *redis.Client
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+// Start starts a Redis whose clock stands at Epoch, and a client for it;
+// both are closed when the test ends.
+func Start(tb testing.TB) *Redis {
+	tb.Helper()
+	mr := miniredis.RunT(tb)
+	mr.SetTime(Epoch)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	tb.Cleanup(func() { _ = rdb.Close() })
+	return &Redis{tb: tb, mr: mr, rdb: rdb, now: Epoch}
+}
+
+// Client is a client of r, for an application that makes its own Limiter
+// or uses Redis for more than limits.
+func (r *Redis) Client() *redis.Client { return r.rdb }
+
+// NewLimiter returns a Limiter on r, with opts. It differs from
+// core.New's defaults in two ways, both so that a test sees each decision
+// as it is made: no logger (core.WithLogger(nil)), and no circuit breaker
+// (core.WithBreaker(0, 0)), so decisions succeed again as soon as Up is
+// called. Options given here come after those and override them. An
+// invalid option fails the test.
+func (r *Redis) NewLimiter(opts ...core.Option) *core.Limiter {
+	r.tb.Helper()
+	l, err := core.New(r.rdb, append([]core.Option{core.WithLogger(nil), core.WithBreaker(0, 0)}, opts...)...)
+	if err != nil {
+		r.tb.Fatalf("redlimittest: %v", err)
+	}
+	return l
+}
+
+// Now is the time on r's clock.
+func (r *Redis) Now() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.now
+}
+
+// Advance moves r's clock forward by d, expiring the keys whose TTL ends
+// on the way. Quotas refill and windows pass as if d had gone by. The
+// Limiter's own memory (WithDenyCache, WithLeases, WithLocalFallback) runs
+// on the process' clock, which Advance does not move: leave those off in
+// tests that Advance.
+func (r *Redis) Advance(d time.Duration) {
+	if d < 0 {
+		r.tb.Fatalf("redlimittest: Advance(%v): the clock never moves back", d)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now = r.now.Add(d)
+	r.mr.SetTime(r.now)
+	r.mr.FastForward(d)
+}
+
+// Down makes every command fail, as an unreachable Redis would, until Up:
+// the application's fail policy then decides (httplimit.FailOpen serves,
+// FailClosed answers 503).
+func (r *Redis) Down() { r.mr.SetError("redlimittest: Redis is down") }
+
+// Up ends Down.
+func (r *Redis) Up() { r.mr.SetError("") }
