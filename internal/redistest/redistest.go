@@ -96,6 +96,7 @@ func ping(t testing.TB, rdb redis.UniversalClient, where string) {
 var skips struct {
 	sync.Mutex
 	reasons map[string]int
+	reduced map[string]int
 }
 
 // Missing skips a test whose prerequisite (a Redis, redis-server) is
@@ -116,6 +117,23 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skipf("SKIPPED: %s", msg)
 }
 
+// Long reports whether the long suites run in full: under CI, or when
+// REDIS_URL names a real Redis. Otherwise a suite may cut its work (say
+// so with Reduced) to keep the default run short.
+func Long() bool { return os.Getenv("CI") != "" || os.Getenv("REDIS_URL") != "" }
+
+// Reduced notes, for Main's summary, that a test ran a reduced workload
+// because Long is false.
+func Reduced(t testing.TB, what string) {
+	t.Helper()
+	skips.Lock()
+	if skips.reduced == nil {
+		skips.reduced = map[string]int{}
+	}
+	skips.reduced[what]++
+	skips.Unlock()
+}
+
 // Main runs a package's tests, then says which were skipped for want of a
 // Redis, one line per reason. go test shows nothing of a package that
 // passes unless -v is given, so the lines go to the terminal (/dev/tty)
@@ -131,6 +149,14 @@ func Main(m *testing.M) {
 	var b strings.Builder
 	for _, r := range reasons {
 		fmt.Fprintf(&b, "%s: SKIPPED %d tests: %s\n", pkgName(), skips.reasons[r], r)
+	}
+	reduced := make([]string, 0, len(skips.reduced))
+	for r := range skips.reduced {
+		reduced = append(reduced, r)
+	}
+	sort.Strings(reduced)
+	for _, r := range reduced {
+		fmt.Fprintf(&b, "%s: REDUCED %d tests: %s (CI=true or REDIS_URL runs them in full)\n", pkgName(), skips.reduced[r], r)
 	}
 	skips.Unlock()
 	if b.Len() > 0 {
