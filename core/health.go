@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -43,13 +44,20 @@ type Health struct {
 // Ping asks Redis now whether it answers and whether it may evict the
 // Limiter's keys (INFO memory, which managed Redis services allow even where
 // CONFIG is disabled, on every master of a Cluster), records the answer for
-// Health, and logs a warning when the risk appears. The error is
-// Health.Err. Call it at start-up, or from a health check.
+// Health, and logs a warning when the risk appears. Call it at start-up, or
+// from a health check. It takes at most a second, or the Limiter's timeout
+// if that is longer, unless ctx ends first.
+//
+// The error says Redis did not answer. A Redis that answers but refuses
+// INFO (a proxy, or an in-process Redis for tests) is no error: Health.Err
+// then says why the risk is unknown.
 //
 // Under noeviction, a Redis over its maxmemory refuses the scripts' writes
 // (OOM): that is a Redis failure like any other, so the caller's fail
 // policy applies and the breaker counts it.
 func (l *Limiter) Ping(ctx context.Context) (Health, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(l.timeout, time.Second))
+	defer cancel()
 	h := Health{Checked: time.Now()}
 	var mu sync.Mutex
 	err := l.eachNode(ctx, func(ctx context.Context, c redis.Cmdable) error {
@@ -77,7 +85,12 @@ func (l *Limiter) Ping(ctx context.Context) (Health, error) {
 	if err != nil {
 		h.Err = fmt.Errorf("core: ping: %w", err)
 	}
-	return l.health.update(h), h.Err
+	h = l.health.update(h)
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		return h, nil // Redis answered
+	}
+	return h, h.Err
 }
 
 // Health returns what the last check of Redis found, without asking it.

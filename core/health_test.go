@@ -53,20 +53,26 @@ func TestHealthLogsChangesOnce(t *testing.T) {
 	wantRecords(t, logs.take(), "DEBUG cannot tell whether redis may evict")
 }
 
-// TestPingMiniredis: miniredis has no INFO memory; Ping says so, and a
-// Limiter on it still decides.
+// TestPingMiniredis: miniredis answers but has no INFO memory: Ping
+// returns no error (Redis answered) and Health.Err says why the risk is
+// unknown; a Limiter on it still decides. A Redis that is gone is Ping's
+// error.
 func TestPingMiniredis(t *testing.T) {
-	_, rdb := redistest.Mini(t)
+	mr, rdb := redistest.Mini(t)
 	l := opsNew(t, rdb)
 	h, err := l.Ping(context.Background())
-	if err == nil || h.Err == nil || h.Checked.IsZero() || h.MayEvict {
-		t.Errorf("Ping on miniredis = %+v, %v; want the INFO error, and no eviction risk claimed", h, err)
+	if err != nil || h.Err == nil || h.Checked.IsZero() || h.MayEvict {
+		t.Errorf("Ping on miniredis = %+v, %v; want no error, the INFO error in Health.Err, and no eviction risk claimed", h, err)
 	}
 	if got := l.Health(); !got.Checked.Equal(h.Checked) && got.Checked.Before(h.Checked) {
 		t.Errorf("Health after Ping = %+v, want the Ping's %+v", got, h)
 	}
 	if r, err := l.Allow(context.Background(), "k", PerSecond(1)); err != nil || !r.Allowed {
 		t.Errorf("Allow = %+v, %v", r, err)
+	}
+	mr.Close()
+	if _, err := l.Ping(context.Background()); err == nil {
+		t.Error("Ping with Redis gone: no error")
 	}
 }
 

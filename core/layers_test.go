@@ -39,20 +39,28 @@ func (c *opsCounter) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (c *opsCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch cmd.Name() {
-		case "info", "hello", "client", "auth", "select", "ping":
-		default:
-			c.cmds.Add(1)
-		}
+		c.count(cmd)
 		err := next(ctx, cmd)
 		c.sawReply(cmd)
 		return err
 	}
 }
 
+// count counts cmd unless it is the health check's or a new connection's
+// (which go-redis sends as a pipeline when it dials).
+func (c *opsCounter) count(cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "info", "hello", "client", "auth", "select", "ping":
+	default:
+		c.cmds.Add(1)
+	}
+}
+
 func (c *opsCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.cmds.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			c.count(cmd)
+		}
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
 			c.sawReply(cmd)
