@@ -1,6 +1,7 @@
-// Command fiber is the Fiber example server: GET / is rate limited through
-// Redis by fiberlimit, GET /healthz never is. Flags, env vars and behaviour
-// follow ../../../shared/docs/example-contract.md; try
+// Command fiber is the Fiber (v2) example server: GET / is rate limited through
+// Redis by fiberlimit, GET /healthz never is. Its flags, env vars and answers
+// are those of the example contract in examples/README.md. Try, from the
+// repository's root:
 //
 //	go run ./examples/fiber -limit 3 -period 10s
 //	curl -i localhost:8080/
@@ -9,46 +10,71 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/examples/internal/exampleapp"
 	"github.com/redlimit/redlimit/fiberlimit"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-func main() { exampleapp.Main("fiber", run) }
+func main() { exampleapp.Main(run) }
 
+// run serves until ctx ends. Flags, the log, the embedded miniredis,
+// metrics and the graceful shutdown are exampleapp's, the same for every
+// framework; the rest is what an app of yours would do.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	app, err := exampleapp.Setup(ctx, "fiber", args, getenv, stdout)
+	app, err := exampleapp.Setup("fiber", args, getenv, stdout)
 	if err != nil {
-		return exampleapp.IgnoreHelp(err)
+		return err
 	}
 	defer app.Close()
 
-	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	// One client and one Limiter for the whole process. With
+	// ContextTimeoutEnabled, go-redis stops at a context's deadline on the
+	// socket itself: the Limiter's timeout then ends a call Redis is slow
+	// to answer, and the fail policy answers the request.
+	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewUniversalClient(opts)
+	defer rdb.Close()
+	// The Limiter logs Redis failing and answering again, and a Redis that
+	// may evict its keys. Its deny cache answers a client that comes back
+	// before its Retry-After without asking Redis, which keeps a flood off it.
+	limiter, err := core.New(rdb, core.WithTimeout(app.Timeout), core.WithLogger(app.Log), core.WithDenyCache(10000))
+	if err != nil {
+		return err
+	}
+	// Ask Redis once at start: a wrong address shows now, not at the first
+	// request, and the Limiter warns if Redis may evict its keys.
+	if _, err := limiter.Ping(ctx); err != nil {
+		app.Log.Warn("redis check failed at start; the fail policy applies until it answers", "err", err)
+	}
 
-	limit := fiberlimit.New(fiberlimit.Config{
-		Limiter:  app.Limiter,
+	observer, metrics := app.Metrics(limiter) // nil, nil without -metrics
+	policy, err := httplimit.New(httplimit.Config{
+		Limiter:  limiter,
 		Limit:    app.Limit,
 		Key:      app.Key,
-		Headers:  app.Headers,
 		Fail:     app.Fail,
+		Headers:  app.Headers,
 		MaxWait:  app.MaxWait,
-		Observer: app.Observer,
+		Observer: observer,
 	})
-
-	f.Get("/", limit, func(c *fiber.Ctx) error { return c.SendString("ok") })
-	f.Get("/healthz", func(c *fiber.Ctx) error { return c.SendString("ok") })
-	if app.Metrics != nil {
-		f.Get("/metrics", adaptor.HTTPHandler(app.Metrics))
+	if err != nil {
+		return err
 	}
-	return app.Serve(ctx, server{f})
+
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
+	// Get routes HEAD too: both are limited, with one limit.
+	f.Get("/", fiberlimit.New(fiberlimit.Config{Policy: policy}), ok)
+	f.Get("/healthz", ok)
+	if metrics != nil {
+		f.Get("/metrics", adaptor.HTTPHandler(metrics))
+	}
+	return app.Serve(ctx, f.Listener, f.ShutdownWithContext)
 }
-
-// server serves the Fiber app on the listener exampleapp opened.
-type server struct{ app *fiber.App }
-
-func (s server) Serve(l net.Listener) error         { return s.app.Listener(l) }
-func (s server) Shutdown(ctx context.Context) error { return s.app.ShutdownWithContext(ctx) }

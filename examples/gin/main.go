@@ -1,6 +1,7 @@
-// Command gin is the Gin example server: GET / is rate limited through
-// Redis by ginlimit, GET /healthz never is. Flags, env vars and behaviour
-// follow ../../../shared/docs/example-contract.md; try
+// Command gin is the Gin example server: GET / is rate limited through Redis
+// by ginlimit, GET /healthz never is. Its flags, env vars and answers are
+// those of the example contract in examples/README.md. Try, from the
+// repository's root:
 //
 //	go run ./examples/gin -limit 3 -period 10s
 //	curl -i localhost:8080/
@@ -10,44 +11,72 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"sync"
 
 	"github.com/gin-gonic/gin"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/examples/internal/exampleapp"
 	"github.com/redlimit/redlimit/ginlimit"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-func main() { exampleapp.Main("gin", run) }
+func main() { exampleapp.Main(run) }
 
-// releaseMode silences Gin's debug output; the mode is process-wide.
-var releaseMode sync.Once
-
+// run serves until ctx ends. Flags, the log, the embedded miniredis,
+// metrics and the graceful shutdown are exampleapp's, the same for every
+// framework; the rest is what an app of yours would do.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	app, err := exampleapp.Setup(ctx, "gin", args, getenv, stdout)
+	app, err := exampleapp.Setup("gin", args, getenv, stdout)
 	if err != nil {
-		return exampleapp.IgnoreHelp(err)
+		return err
 	}
 	defer app.Close()
 
-	releaseMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
-	r := gin.New() // no default logger: the log is ours
-	r.Use(gin.Recovery())
-
-	limit := ginlimit.New(app.Limiter, app.Limit,
-		ginlimit.WithKey(app.Key),
-		ginlimit.WithHeaders(app.Headers),
-		ginlimit.WithFailPolicy(app.Fail),
-		ginlimit.WithMaxWait(app.MaxWait),
-		ginlimit.WithObserver(app.Observer),
-	)
-
-	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	// Gin, unlike net/http and Fiber, routes HEAD apart from GET.
-	r.Match([]string{http.MethodGet, http.MethodHead}, "/", limit, ok)
-	r.Match([]string{http.MethodGet, http.MethodHead}, "/healthz", ok)
-	if app.Metrics != nil {
-		r.GET("/metrics", gin.WrapH(app.Metrics))
+	// One client and one Limiter for the whole process. With
+	// ContextTimeoutEnabled, go-redis stops at a context's deadline on the
+	// socket itself: the Limiter's timeout then ends a call Redis is slow
+	// to answer, and the fail policy answers the request.
+	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewUniversalClient(opts)
+	defer rdb.Close()
+	// The Limiter logs Redis failing and answering again, and a Redis that
+	// may evict its keys. Its deny cache answers a client that comes back
+	// before its Retry-After without asking Redis, which keeps a flood off it.
+	limiter, err := core.New(rdb, core.WithTimeout(app.Timeout), core.WithLogger(app.Log), core.WithDenyCache(10000))
+	if err != nil {
+		return err
 	}
-	return app.Serve(ctx, app.NewHTTPServer(r))
+	// Ask Redis once at start: a wrong address shows now, not at the first
+	// request, and the Limiter warns if Redis may evict its keys.
+	if _, err := limiter.Ping(ctx); err != nil {
+		app.Log.Warn("redis check failed at start; the fail policy applies until it answers", "err", err)
+	}
+
+	observer, metrics := app.Metrics(limiter) // nil, nil without -metrics
+	policy, err := httplimit.New(httplimit.Config{
+		Limiter:  limiter,
+		Limit:    app.Limit,
+		Key:      app.Key,
+		Fail:     app.Fail,
+		Headers:  app.Headers,
+		MaxWait:  app.MaxWait,
+		Observer: observer,
+	})
+	if err != nil {
+		return err
+	}
+
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New() // without Gin's logger: the log is ours
+	r.Use(gin.Recovery())
+	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	// Gin routes HEAD apart from GET: both are limited, with one limit.
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/", ginlimit.New(policy), ok)
+	r.GET("/healthz", ok)
+	if metrics != nil {
+		r.GET("/metrics", gin.WrapH(metrics))
+	}
+	return app.ServeHandler(ctx, r)
 }

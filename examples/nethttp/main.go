@@ -1,6 +1,7 @@
-// Command nethttp is the net/http example server: GET / is rate limited
-// through Redis by nethttplimit, GET /healthz never is. Flags, env vars and
-// behaviour follow ../../../shared/docs/example-contract.md; try
+// Command nethttp is the net/http example server: GET / is rate limited through
+// Redis by nethttplimit, GET /healthz never is. Its flags, env vars and answers
+// are those of the example contract in examples/README.md. Try, from the
+// repository's root:
 //
 //	go run ./examples/nethttp -limit 3 -period 10s
 //	curl -i localhost:8080/
@@ -11,36 +12,68 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/examples/internal/exampleapp"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/nethttplimit"
 )
 
-func main() { exampleapp.Main("nethttp", run) }
+func main() { exampleapp.Main(run) }
 
+// run serves until ctx ends. Flags, the log, the embedded miniredis,
+// metrics and the graceful shutdown are exampleapp's, the same for every
+// framework; the rest is what an app of yours would do.
 func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
-	app, err := exampleapp.Setup(ctx, "nethttp", args, getenv, stdout)
+	app, err := exampleapp.Setup("nethttp", args, getenv, stdout)
 	if err != nil {
-		return exampleapp.IgnoreHelp(err)
+		return err
 	}
 	defer app.Close()
 
-	limit := nethttplimit.New(app.Limiter, app.Limit,
-		nethttplimit.WithKey(app.Key),
-		nethttplimit.WithHeaders(app.Headers),
-		nethttplimit.WithFailPolicy(app.Fail),
-		nethttplimit.WithMaxWait(app.MaxWait),
-		nethttplimit.WithObserver(app.Observer),
-	)
+	// One client and one Limiter for the whole process. With
+	// ContextTimeoutEnabled, go-redis stops at a context's deadline on the
+	// socket itself: the Limiter's timeout then ends a call Redis is slow
+	// to answer, and the fail policy answers the request.
+	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewUniversalClient(opts)
+	defer rdb.Close()
+	// The Limiter logs Redis failing and answering again, and a Redis that
+	// may evict its keys. Its deny cache answers a client that comes back
+	// before its Retry-After without asking Redis, which keeps a flood off it.
+	limiter, err := core.New(rdb, core.WithTimeout(app.Timeout), core.WithLogger(app.Log), core.WithDenyCache(10000))
+	if err != nil {
+		return err
+	}
+	// Ask Redis once at start: a wrong address shows now, not at the first
+	// request, and the Limiter warns if Redis may evict its keys.
+	if _, err := limiter.Ping(ctx); err != nil {
+		app.Log.Warn("redis check failed at start; the fail policy applies until it answers", "err", err)
+	}
+
+	observer, metrics := app.Metrics(limiter) // nil, nil without -metrics
+	policy, err := httplimit.New(httplimit.Config{
+		Limiter:  limiter,
+		Limit:    app.Limit,
+		Key:      app.Key,
+		Fail:     app.Fail,
+		Headers:  app.Headers,
+		MaxWait:  app.MaxWait,
+		Observer: observer,
+	})
+	if err != nil {
+		return err
+	}
 
 	mux := http.NewServeMux()
-	mux.Handle("GET /{$}", limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	})))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok")
-	})
-	if app.Metrics != nil {
-		mux.Handle("GET /metrics", app.Metrics)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	// A GET pattern matches HEAD too: both are limited, with one limit.
+	mux.Handle("GET /{$}", nethttplimit.New(policy)(ok))
+	mux.Handle("GET /healthz", ok)
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
 	}
-	return app.Serve(ctx, app.NewHTTPServer(mux))
+	return app.ServeHandler(ctx, mux)
 }

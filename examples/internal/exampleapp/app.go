@@ -1,172 +1,153 @@
+// Package exampleapp is what the example servers share that a real app would
+// do its own way: flags and env vars, the log, the embedded miniredis, the
+// Prometheus registry, and serving with a graceful shutdown. Each example's
+// main.go then shows only the wiring a user copies: the go-redis client, the
+// Limiter, the Policy and one line of middleware. The behaviour all examples
+// share is the example contract in examples/README.md.
 package exampleapp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
+	"strings"
+	"sync"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-// ShutdownTimeout bounds the graceful shutdown, so the process exits within
-// 5 s of SIGINT or SIGTERM as the contract says.
-const ShutdownTimeout = 3 * time.Second
-
-// denyCacheKeys bounds the deny cache: the clients remembered as denied.
-const denyCacheKeys = 10000
-
-// App is what an example server needs to wire its framework: the Limiter
-// and the middleware's settings, ready to pass to an adapter.
+// App is an example server's configuration, ready to pass to redlimit, and
+// what it runs beside the framework (the log, the embedded Redis).
 type App struct {
-	// Config is the parsed configuration.
+	// Config is the parsed command line and environment.
 	Config Config
 	// Log writes the server's log lines (to run's stdout).
 	Log *slog.Logger
-	// Limiter decides, with -timeout, on the configured Redis.
-	Limiter *core.Limiter
+
 	// Limit is the quota that -algorithm, -limit, -period and -burst say.
 	Limit core.Limit
 	// Key keys requests as -key says.
-	Key core.KeyFunc
-	// Headers is -headers.
-	Headers core.HeaderStyle
+	Key httplimit.KeyFunc
 	// Fail is -fail.
-	Fail core.FailPolicy
-	// MaxWait is -max-wait for leaky_bucket (default: the period); 0 for the
-	// other algorithms.
+	Fail httplimit.FailPolicy
+	// Headers is -headers.
+	Headers httplimit.Headers
+	// MaxWait is -max-wait for leaky_bucket (default: the period); 0 for
+	// the other algorithms.
 	MaxWait time.Duration
-	// Observer feeds the metrics when -metrics is set; nil otherwise.
-	Observer core.Observer
-	// Metrics serves GET /metrics (never limited) when -metrics is set; nil
-	// otherwise.
-	Metrics http.Handler
+	// Timeout is -timeout, the most one decision may take.
+	Timeout time.Duration
+	// Embedded reports that neither -redis nor -redis-cluster was given:
+	// the server runs on an in-process miniredis (RedisOptions points at
+	// it).
+	Embedded bool
 
-	close func()
+	mini *miniredis.Miniredis
 }
 
-// Setup parses the configuration (see ParseConfig) and connects to Redis.
-// The caller must Close the App. name is the program's name, for -h and the
-// log.
-func Setup(ctx context.Context, name string, args []string, getenv func(string) string, stdout io.Writer) (*App, error) {
+// Setup parses the configuration (see ParseConfig), makes the log, and
+// starts the embedded miniredis when no Redis is given. The caller must
+// Close the App. name is the program's name, for -h and the log.
+func Setup(name string, args []string, getenv func(string) string, stdout io.Writer) (*App, error) {
 	cfg, err := ParseConfig(name, args, getenv, stdout)
 	if err != nil {
 		return nil, err
 	}
 	log := slog.New(slog.NewTextHandler(stdout, nil)).With("example", name)
+	quietRedis.Do(func() { redis.SetLogger(redisLogger{log}) })
 	a := &App{
 		Config:  cfg,
 		Log:     log,
 		Limit:   cfg.CoreLimit(),
 		Key:     cfg.KeyFunc(),
-		Headers: cfg.Headers,
 		Fail:    cfg.Fail,
+		Headers: cfg.Headers,
 		MaxWait: cfg.LeakyMaxWait(),
+		Timeout: cfg.Timeout,
 	}
-	if cfg.Metrics {
-		a.Observer, a.Metrics = newMetrics()
+	switch {
+	case cfg.RedisURL != "":
+		opt, _ := redis.ParseURL(cfg.RedisURL) // ParseConfig checked it
+		log.Info("using redis", "addr", opt.Addr, "db", opt.DB)
+	case cfg.RedisCluster != nil:
+		log.Info("using redis cluster", "seeds", strings.Join(cfg.RedisCluster, ","))
+	default:
+		a.mini = miniredis.NewMiniRedis()
+		if err := a.mini.StartAddr("127.0.0.1:0"); err != nil {
+			return nil, fmt.Errorf("start the embedded miniredis: %w", err)
+		}
+		a.Embedded = true
+		log.Info("no -redis or -redis-cluster given: using an embedded in-process miniredis; "+
+			"limits are not shared with other processes and are lost on exit", "addr", a.mini.Addr())
 	}
-	rdb, where, closeRedis, err := newRedis(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	a.close = closeRedis
-	// The Limiter logs Redis failing and answering again, once per change.
-	// The deny cache answers a client that keeps knocking after a denial
-	// without asking Redis until its Retry-After has passed: it keeps a
-	// flood off Redis, and off the embedded miniredis most of all, which
-	// runs a few thousand scripts per second.
-	a.Limiter = core.New(rdb, core.WithTimeout(cfg.Timeout), core.WithLogger(log),
-		core.WithDenyCache(denyCacheKeys))
-	ping(ctx, log, rdb, where, cfg.Timeout)
-	log.Info("limiting / (GET, HEAD)",
-		"algorithm", a.Limit.Algorithm.String(), "limit", a.Limit.Rate, "period", a.Limit.Period,
-		"capacity", a.Limit.Capacity(), "key", cfg.Key, "fail", failName(cfg.Fail), "timeout", cfg.Timeout)
+	headers, _ := cfg.Headers.MarshalText() // built-in styles only
+	log.Info("limiting GET /", "limit", a.Limit.String(), "capacity", a.Limit.Capacity(),
+		"key", cfg.Key, "fail", cfg.Fail.String(), "timeout", cfg.Timeout, "headers", string(headers))
 	return a, nil
 }
 
-func failName(f core.FailPolicy) string {
-	if f == core.FailClosed {
-		return "closed"
-	}
-	return "open"
-}
-
-// Close releases Redis (and stops the embedded one).
+// Close stops the embedded miniredis, if any.
 func (a *App) Close() {
-	if a.close != nil {
-		a.close()
-		a.close = nil
+	if a.mini != nil {
+		a.mini.Close()
+		a.mini = nil
 	}
 }
 
-// Server is what Serve runs: *http.Server has this shape, and the Fiber
-// example adapts its app to it.
-type Server interface {
-	// Serve accepts connections on l until Shutdown.
-	Serve(l net.Listener) error
-	// Shutdown stops accepting and waits for the requests in flight, at
-	// most until ctx ends.
-	Shutdown(ctx context.Context) error
+// poolSize bounds the connections to each Redis node; they are opened as
+// concurrency needs them.
+const poolSize = 128
+
+// RedisOptions are the go-redis options for -redis (its URL's address,
+// credentials, database and TLS), -redis-cluster (a ClusterClient, even for
+// a single seed), or the embedded miniredis. Dials, reads and writes take
+// at most -timeout, and nothing is retried within a request (MaxRetries -1,
+// DialerRetries 1): a retried script could count a request twice, a refused
+// connection costs next to nothing, and the fail policy is there for
+// failures. The pool is larger than go-redis' default (10 per CPU), so that
+// a burst of concurrent requests waits for Redis rather than for a
+// connection, which would fail them.
+func (a *App) RedisOptions() *redis.UniversalOptions {
+	t := a.Config.Timeout
+	o := &redis.UniversalOptions{
+		DialTimeout:   t,
+		ReadTimeout:   t,
+		WriteTimeout:  t,
+		PoolTimeout:   t,
+		PoolSize:      poolSize,
+		DialerRetries: 1,
+		MaxRetries:    -1,
+	}
+	switch {
+	case a.Config.RedisURL != "":
+		u, _ := redis.ParseURL(a.Config.RedisURL) // ParseConfig checked it
+		o.Addrs = []string{u.Addr}
+		o.Username, o.Password, o.DB = u.Username, u.Password, u.DB
+		o.TLSConfig, o.Protocol, o.ClientName = u.TLSConfig, u.Protocol, u.ClientName
+	case a.Config.RedisCluster != nil:
+		o.Addrs = a.Config.RedisCluster
+		// redis.NewUniversalClient makes a single-node client for one
+		// address, unless told it is a Cluster.
+		o.IsClusterMode = true
+	default:
+		o.Addrs = []string{a.mini.Addr()}
+	}
+	return o
 }
 
-// NewHTTPServer is the *http.Server the net/http, Gin and Echo examples
-// serve h with.
-func (a *App) NewHTTPServer(h http.Handler) *http.Server {
-	return &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(a.Log.Handler(), slog.LevelWarn),
-	}
-}
+// quietRedis routes go-redis' own log lines (one per failed dial) to our
+// log at debug level, hidden by default: the Limiter logs failures once per
+// change of state. The go-redis logger is process-wide.
+var quietRedis sync.Once
 
-// Serve listens on -addr, logs "listening on <addr>" once connections are
-// accepted, and serves with srv until ctx ends (SIGINT
-// or SIGTERM in main); then it shuts srv down gracefully, within
-// ShutdownTimeout, and returns nil.
-func (a *App) Serve(ctx context.Context, srv Server) error {
-	ln, err := net.Listen("tcp", a.Config.Addr)
-	if err != nil {
-		return fmt.Errorf("-addr: %w", err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	// The listener accepts (into its backlog) from here on.
-	a.Log.Info("listening on "+shownAddr(a.Config.Addr, ln.Addr()), "bound", ln.Addr().String())
-	select {
-	case err := <-errc:
-		_ = ln.Close()
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	a.Log.Info("shutting down")
-	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		a.Log.Warn("graceful shutdown did not finish: exiting anyway", "err", err)
-		return nil
-	}
-	select {
-	case err := <-errc:
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.Log.Warn("serve ended with an error", "err", err)
-		}
-	case <-sctx.Done():
-	}
-	a.Log.Info("stopped")
-	return nil
-}
+type redisLogger struct{ log *slog.Logger }
 
-// shownAddr is the address for the "listening on" line: -addr as given (the
-// contract's <addr>: ":8080", not "[::]:8080"), unless it left the port to
-// the system (port 0), which only the bound address tells.
-func shownAddr(addr string, bound net.Addr) string {
-	if _, port, err := net.SplitHostPort(addr); err == nil && port != "0" && port != "" {
-		return addr
-	}
-	return bound.String()
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
 }

@@ -1,23 +1,107 @@
 package exampleapp
 
 import (
-	"net"
+	"bytes"
+	"context"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-// The "listening on" line names -addr as given, the contract's <addr>, and
-// the bound address only where -addr left the port to the system.
-func TestShownAddr(t *testing.T) {
-	bound := &net.TCPAddr{IP: net.IPv6zero, Port: 41234}
-	for addr, want := range map[string]string{
-		":8080":          ":8080",
-		"127.0.0.1:9000": "127.0.0.1:9000",
-		"localhost:8080": "localhost:8080",
-		"127.0.0.1:0":    "[::]:41234",
-		":0":             "[::]:41234",
-	} {
-		if got := shownAddr(addr, bound); got != want {
-			t.Errorf("shownAddr(%q) = %q, want %q", addr, got, want)
+func setup(t *testing.T, args ...string) (*App, *bytes.Buffer) {
+	t.Helper()
+	var log bytes.Buffer
+	app, err := Setup("test", args, env(), &log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(app.Close)
+	return app, &log
+}
+
+func TestRedisOptions(t *testing.T) {
+	t.Run("url", func(t *testing.T) {
+		app, log := setup(t, "-redis", "redis://u:secret@h.example:6380/2", "-timeout", "70ms")
+		o := app.RedisOptions()
+		if len(o.Addrs) != 1 || o.Addrs[0] != "h.example:6380" || o.Username != "u" || o.Password != "secret" || o.DB != 2 {
+			t.Errorf("got Addrs %v, Username %q, Password %q, DB %d; want the URL's", o.Addrs, o.Username, o.Password, o.DB)
 		}
+		if o.IsClusterMode || app.Embedded {
+			t.Errorf("IsClusterMode %v, Embedded %v: want neither", o.IsClusterMode, app.Embedded)
+		}
+		if o.ReadTimeout != 70*time.Millisecond || o.DialTimeout != 70*time.Millisecond || o.MaxRetries != -1 {
+			t.Errorf("ReadTimeout %v, DialTimeout %v, MaxRetries %d; want -timeout, -timeout, -1", o.ReadTimeout, o.DialTimeout, o.MaxRetries)
+		}
+		rdb := redis.NewUniversalClient(o)
+		defer rdb.Close()
+		if _, ok := rdb.(*redis.Client); !ok {
+			t.Errorf("client %T, want *redis.Client", rdb)
+		}
+		if strings.Contains(log.String(), "secret") {
+			t.Errorf("the log shows the password:\n%s", log)
+		}
+	})
+	t.Run("cluster with one seed", func(t *testing.T) {
+		app, _ := setup(t, "-redis-cluster", "127.0.0.1:1")
+		rdb := redis.NewUniversalClient(app.RedisOptions())
+		defer rdb.Close()
+		if _, ok := rdb.(*redis.ClusterClient); !ok {
+			t.Errorf("client %T, want *redis.ClusterClient", rdb)
+		}
+	})
+	t.Run("embedded", func(t *testing.T) {
+		app, log := setup(t)
+		if !app.Embedded || !strings.Contains(log.String(), "embedded in-process miniredis") {
+			t.Fatalf("Embedded %v; log:\n%s", app.Embedded, log)
+		}
+		o := app.RedisOptions()
+		o.ContextTimeoutEnabled = true
+		rdb := redis.NewUniversalClient(o)
+		defer rdb.Close()
+		if err := rdb.Ping(context.Background()).Err(); err != nil {
+			t.Fatalf("PING the embedded miniredis: %v", err)
+		}
+		app.Close()
+		if err := rdb.Ping(context.Background()).Err(); err == nil {
+			t.Errorf("the embedded miniredis still answers after Close")
+		}
+	})
+}
+
+// request is an httplimit.Request with a peer address and headers.
+type request struct {
+	remote string
+	header map[string]string
+}
+
+func (r request) Context() context.Context  { return context.Background() }
+func (r request) RemoteAddr() string        { return r.remote }
+func (r request) Header(name string) string { return r.header[name] }
+func (r request) Method() string            { return "GET" }
+func (r request) Route() string             { return "/" }
+
+var _ httplimit.Request = request{}
+
+func TestKeyFunc(t *testing.T) {
+	peer := "192.0.2.7:4321"
+	forged := map[string]string{"X-Forwarded-For": "203.0.113.1", "X-Real-Ip": "203.0.113.2"}
+	ipKey, err := Config{Key: "ip"}.KeyFunc()(request{remote: peer})
+	if err != nil || ipKey == "" {
+		t.Fatalf("ip key: %q, %v", ipKey, err)
+	}
+	if k, _ := (Config{Key: "ip"}).KeyFunc()(request{remote: peer, header: forged}); k != ipKey {
+		t.Errorf("forwarding headers changed the ip key: %q, want %q", k, ipKey)
+	}
+	byHeader := Config{Key: "header:x-api-key"}.KeyFunc()
+	alice, err := byHeader(request{remote: peer, header: map[string]string{"X-Api-Key": "alice"}})
+	if err != nil || alice == "" || alice == ipKey {
+		t.Errorf("header key: %q, %v; want one apart from the ip key %q", alice, err, ipKey)
+	}
+	if k, err := byHeader(request{remote: peer}); err != nil || k != ipKey {
+		t.Errorf("without the header: %q, %v; want the ip key %q", k, err, ipKey)
 	}
 }

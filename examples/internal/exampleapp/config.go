@@ -1,9 +1,3 @@
-// Package exampleapp is everything the example servers share and that has
-// nothing to do with their web framework: flags and env vars, the Redis
-// client, the Limiter and the Limit, the key, logging, the metrics observer,
-// and serving with a graceful shutdown. Each example then only wires its
-// framework. See ../../../../shared/docs/example-contract.md for the behaviour
-// all examples share.
 package exampleapp
 
 import (
@@ -16,10 +10,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
-// Config is the parsed command line and environment of an example server.
+// Config is the parsed command line and environment of an example server,
+// the flags of the example contract (examples/README.md).
 type Config struct {
 	// Addr is the listen address. Default ":8080".
 	Addr string
@@ -40,11 +38,11 @@ type Config struct {
 	// Key is "ip" or "header:<Name>". Default "ip".
 	Key string
 	// Fail is what requests get when Redis cannot answer. Default open.
-	Fail core.FailPolicy
+	Fail httplimit.FailPolicy
 	// Timeout bounds one decision. Default 100ms.
 	Timeout time.Duration
-	// Headers selects the rate-limit response headers. Default xratelimit.
-	Headers core.HeaderStyle
+	// Headers are the rate-limit response fields. Default xratelimit.
+	Headers httplimit.Headers
 	// MaxWait is the longest a leaky_bucket request is held. Default (0):
 	// Period.
 	MaxWait time.Duration
@@ -90,32 +88,16 @@ func ParseConfig(name string, args []string, getenv func(string) string, stdout 
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, usage["addr"])
 	fs.StringVar(&cfg.RedisURL, "redis", "", usage["redis"])
 	fs.StringVar(&cluster, "redis-cluster", "", usage["redis-cluster"])
-	fs.Func("algorithm", usage["algorithm"]+" (default token_bucket)", func(s string) (err error) {
-		cfg.Algorithm, err = core.ParseAlgorithm(s)
-		if err != nil {
-			return errors.New("want token_bucket, sliding_window, sliding_window_counter, fixed_window or leaky_bucket")
-		}
-		return nil
-	})
+	// The library's types parse their own text: what a flag accepts is what
+	// a config file would.
+	fs.TextVar(&cfg.Algorithm, "algorithm", core.TokenBucket, usage["algorithm"])
 	fs.IntVar(&cfg.Limit, "limit", cfg.Limit, usage["limit"])
 	fs.DurationVar(&cfg.Period, "period", cfg.Period, usage["period"])
 	fs.IntVar(&cfg.Burst, "burst", 0, usage["burst"])
 	fs.StringVar(&cfg.Key, "key", cfg.Key, usage["key"])
-	fs.Func("fail", usage["fail"]+" (default open)", func(s string) (err error) {
-		cfg.Fail, err = core.ParseFailPolicy(s)
-		if err != nil {
-			return errors.New("want open or closed")
-		}
-		return nil
-	})
+	fs.TextVar(&cfg.Fail, "fail", httplimit.FailOpen, usage["fail"])
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, usage["timeout"])
-	fs.Func("headers", usage["headers"]+" (default xratelimit)", func(s string) (err error) {
-		cfg.Headers, err = core.ParseHeaderStyle(s)
-		if err != nil {
-			return errors.New("want xratelimit, ietf, both or none")
-		}
-		return nil
-	})
+	fs.TextVar(&cfg.Headers, "headers", httplimit.Headers{httplimit.XRateLimit{}}, usage["headers"])
 	fs.DurationVar(&cfg.MaxWait, "max-wait", 0, usage["max-wait"])
 	fs.BoolVar(&cfg.Metrics, "metrics", false, usage["metrics"])
 
@@ -154,7 +136,7 @@ func ParseConfig(name string, args []string, getenv func(string) string, stdout 
 	}
 
 	if cluster != "" {
-		for _, a := range strings.Split(cluster, ",") {
+		for a := range strings.SplitSeq(cluster, ",") {
 			a = strings.TrimSpace(a)
 			if a == "" {
 				continue
@@ -177,6 +159,11 @@ func ParseConfig(name string, args []string, getenv func(string) string, stdout 
 			cfg.RedisURL = ""
 		default:
 			return Config{}, fmt.Errorf("%s and %s are exclusive: give one", where("redis"), where("redis-cluster"))
+		}
+	}
+	if cfg.RedisURL != "" {
+		if _, err := redis.ParseURL(cfg.RedisURL); err != nil {
+			return Config{}, fmt.Errorf("invalid %s: %w", where("redis"), err)
 		}
 	}
 	if cfg.Limit < 1 {
@@ -228,13 +215,18 @@ func (c Config) CoreLimit() core.Limit {
 	return l
 }
 
-// KeyFunc is the key that -key says: the client IP (the peer address), or a
-// header with the client IP as fallback.
-func (c Config) KeyFunc() core.KeyFunc {
-	if h, ok := strings.CutPrefix(c.Key, "header:"); ok {
-		return core.KeyByHeader(http.CanonicalHeaderKey(h), core.KeyByIP(nil))
+// KeyFunc is the key that -key says: the client IP, the address of the peer
+// (forwarding headers are anyone's to forge, and no proxy is trusted here),
+// or a header with the client IP for requests without it.
+func (c Config) KeyFunc() httplimit.KeyFunc {
+	byIP, err := httplimit.KeyByIP(httplimit.ClientIP{})
+	if err != nil {
+		panic(err) // the zero ClientIP is always valid
 	}
-	return core.KeyByIP(nil)
+	if h, ok := strings.CutPrefix(c.Key, "header:"); ok {
+		return httplimit.KeyFirst(httplimit.KeyByHeader(http.CanonicalHeaderKey(h)), byIP)
+	}
+	return byIP
 }
 
 // LeakyMaxWait is the -max-wait to apply: the flag (default Period) for
@@ -247,13 +239,4 @@ func (c Config) LeakyMaxWait() time.Duration {
 		return c.MaxWait
 	}
 	return c.Period
-}
-
-// IgnoreHelp returns nil for flag.ErrHelp (the usage is already printed:
-// -h is not a failure), else err.
-func IgnoreHelp(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	return err
 }

@@ -8,14 +8,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/prommetrics"
 )
 
-// newMetrics builds what -metrics adds: the Observer the middleware reports
-// every decision to, and the handler of GET /metrics, which serves a
-// registry of its own (the decisions, plus Go and process metrics).
-func newMetrics() (core.Observer, http.Handler) {
-	c := prommetrics.New()
+// Metrics is what -metrics adds: the Observer the Policy reports every
+// decision to, and the handler of GET /metrics, which serves a registry of
+// its own (the decisions, the health of l's Redis, Go and process metrics).
+// Without -metrics both are nil.
+func (a *App) Metrics(l *core.Limiter) (httplimit.Observer, http.Handler) {
+	if !a.Config.Metrics {
+		return nil, nil
+	}
+	c := prommetrics.New(prommetrics.WithLimiter(l))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return c, promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -1,6 +1,6 @@
 // Package exampletest runs an example server's run function in-process,
 // under the race detector when the tests have it, as a smoke test beside
-// the black-box contract test in ../../contract_test.go.
+// the black-box contract test of the examples module (examples/contract_test.go).
 package exampletest
 
 import (

@@ -1,0 +1,84 @@
+// Command echov5 is the Echo v5 example server: GET / is rate limited through
+// Redis by echov5limit, GET /healthz never is. Its flags, env vars and answers
+// are those of the example contract in examples/README.md. Try, from the
+// repository's root:
+//
+//	go run ./examples/echov5 -limit 3 -period 10s
+//	curl -i localhost:8080/
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+
+	"github.com/labstack/echo/v5"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/echov5limit"
+	"github.com/redlimit/redlimit/examples/internal/exampleapp"
+	"github.com/redlimit/redlimit/httplimit"
+)
+
+func main() { exampleapp.Main(run) }
+
+// run serves until ctx ends. Flags, the log, the embedded miniredis,
+// metrics and the graceful shutdown are exampleapp's, the same for every
+// framework; the rest is what an app of yours would do.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	app, err := exampleapp.Setup("echov5", args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+
+	// One client and one Limiter for the whole process. With
+	// ContextTimeoutEnabled, go-redis stops at a context's deadline on the
+	// socket itself: the Limiter's timeout then ends a call Redis is slow
+	// to answer, and the fail policy answers the request.
+	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewUniversalClient(opts)
+	defer rdb.Close()
+	// The Limiter logs Redis failing and answering again, and a Redis that
+	// may evict its keys. Its deny cache answers a client that comes back
+	// before its Retry-After without asking Redis, which keeps a flood off it.
+	limiter, err := core.New(rdb, core.WithTimeout(app.Timeout), core.WithLogger(app.Log), core.WithDenyCache(10000))
+	if err != nil {
+		return err
+	}
+	// Ask Redis once at start: a wrong address shows now, not at the first
+	// request, and the Limiter warns if Redis may evict its keys.
+	if _, err := limiter.Ping(ctx); err != nil {
+		app.Log.Warn("redis check failed at start; the fail policy applies until it answers", "err", err)
+	}
+
+	observer, metrics := app.Metrics(limiter) // nil, nil without -metrics
+	policy, err := httplimit.New(httplimit.Config{
+		Limiter:  limiter,
+		Limit:    app.Limit,
+		Key:      app.Key,
+		Fail:     app.Fail,
+		Headers:  app.Headers,
+		MaxWait:  app.MaxWait,
+		Observer: observer,
+	})
+	if err != nil {
+		return err
+	}
+
+	limit, err := echov5limit.Config{Policy: policy}.ToMiddleware()
+	if err != nil {
+		return err
+	}
+	e := echo.New()
+	ok := func(c *echo.Context) error { return c.String(http.StatusOK, "ok") }
+	// Echo routes HEAD apart from GET: both are limited, with one limit.
+	e.Match([]string{http.MethodGet, http.MethodHead}, "/", ok, limit)
+	e.GET("/healthz", ok)
+	if metrics != nil {
+		e.GET("/metrics", echo.WrapHandler(metrics))
+	}
+	return app.ServeHandler(ctx, e)
+}

@@ -1,0 +1,84 @@
+// Command fiberv3 is the Fiber v3 example server: GET / is rate limited through
+// Redis by fiberv3limit, GET /healthz never is. Its flags, env vars and answers
+// are those of the example contract in examples/README.md. Try, from the
+// repository's root:
+//
+//	go run ./examples/fiberv3 -limit 3 -period 10s
+//	curl -i localhost:8080/
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/adaptor"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/examples/internal/exampleapp"
+	"github.com/redlimit/redlimit/fiberv3limit"
+	"github.com/redlimit/redlimit/httplimit"
+)
+
+func main() { exampleapp.Main(run) }
+
+// run serves until ctx ends. Flags, the log, the embedded miniredis,
+// metrics and the graceful shutdown are exampleapp's, the same for every
+// framework; the rest is what an app of yours would do.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	app, err := exampleapp.Setup("fiberv3", args, getenv, stdout)
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+
+	// One client and one Limiter for the whole process. With
+	// ContextTimeoutEnabled, go-redis stops at a context's deadline on the
+	// socket itself: the Limiter's timeout then ends a call Redis is slow
+	// to answer, and the fail policy answers the request.
+	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewUniversalClient(opts)
+	defer rdb.Close()
+	// The Limiter logs Redis failing and answering again, and a Redis that
+	// may evict its keys. Its deny cache answers a client that comes back
+	// before its Retry-After without asking Redis, which keeps a flood off it.
+	limiter, err := core.New(rdb, core.WithTimeout(app.Timeout), core.WithLogger(app.Log), core.WithDenyCache(10000))
+	if err != nil {
+		return err
+	}
+	// Ask Redis once at start: a wrong address shows now, not at the first
+	// request, and the Limiter warns if Redis may evict its keys.
+	if _, err := limiter.Ping(ctx); err != nil {
+		app.Log.Warn("redis check failed at start; the fail policy applies until it answers", "err", err)
+	}
+
+	observer, metrics := app.Metrics(limiter) // nil, nil without -metrics
+	policy, err := httplimit.New(httplimit.Config{
+		Limiter:  limiter,
+		Limit:    app.Limit,
+		Key:      app.Key,
+		Fail:     app.Fail,
+		Headers:  app.Headers,
+		MaxWait:  app.MaxWait,
+		Observer: observer,
+	})
+	if err != nil {
+		return err
+	}
+
+	f := fiber.New()
+	ok := func(c fiber.Ctx) error { return c.SendString("ok") }
+	// Get routes HEAD too: both are limited, with one limit.
+	f.Get("/", fiberv3limit.New(fiberv3limit.Config{Policy: policy}), ok)
+	f.Get("/healthz", ok)
+	if metrics != nil {
+		f.Get("/metrics", adaptor.HTTPHandler(metrics))
+	}
+	serve := func(ln net.Listener) error {
+		return f.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true})
+	}
+	return app.Serve(ctx, serve, f.ShutdownWithContext)
+}
