@@ -1,8 +1,13 @@
 module github.com/redlimit/redlimit/bench
 
-go 1.26.8
+go 1.26.0
 
-replace github.com/redlimit/redlimit => ../
+replace (
+	github.com/redlimit/redlimit => ../
+	github.com/redlimit/redlimit/echolimit => ../echolimit
+	github.com/redlimit/redlimit/fiberlimit => ../fiberlimit
+	github.com/redlimit/redlimit/ginlimit => ../ginlimit
+)
 
 require (
 	github.com/gin-gonic/gin v1.12.0
@@ -11,6 +16,9 @@ require (
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redlimit/redlimit v0.0.0-00010101000000-000000000000
+	github.com/redlimit/redlimit/echolimit v0.0.0-00010101000000-000000000000
+	github.com/redlimit/redlimit/fiberlimit v0.0.0-00010101000000-000000000000
+	github.com/redlimit/redlimit/ginlimit v0.0.0-00010101000000-000000000000
 	github.com/ulule/limiter/v3 v3.11.2
 )
 

@@ -29,14 +29,16 @@ var runPrefix = fmt.Sprintf("rlbench-%d-%d", os.Getpid(), time.Now().UnixNano())
 
 var nsSeq atomic.Int64
 
-// keySet returns n keys unique to this run and this call.
-func keySet(n int) []string {
+// keySet returns n keys unique to this run and this call, and a SCAN
+// pattern that matches every Redis key made from them, whatever the
+// implementation adds around them.
+func keySet(n int) (keys []string, pattern string) {
 	ns := nsSeq.Add(1)
-	keys := make([]string, n)
+	keys = make([]string, n)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s:s%d:k%d", runPrefix, ns, i)
 	}
-	return keys
+	return keys, fmt.Sprintf("*%s:s%d:k*", runPrefix, ns)
 }
 
 var (
@@ -123,6 +125,7 @@ func clientFor(tb testing.TB, name string) client {
 	opt.ContextTimeoutEnabled = true
 	opt.PoolSize = 320
 	opt.PoolTimeout = 5 * time.Second
+	countWrites(opt)
 	c := client{rdb: redis.NewClient(opt), ctr: &counter{}}
 	c.rdb.AddHook(c.ctr)
 	clients[name] = c
@@ -137,9 +140,16 @@ func cleanup() error {
 		delete(clients, name)
 	}
 	clientsMu.Unlock()
+	closeInfoClient()
 	if redisErr != nil {
 		return nil
 	}
+	return unlinkMatching("*" + runPrefix + "*")
+}
+
+// unlinkMatching deletes the keys that match pattern, with a client of its
+// own (so no contender's counters see it).
+func unlinkMatching(pattern string) error {
 	opt, err := redis.ParseURL(redisURL())
 	if err != nil {
 		return err
@@ -148,7 +158,7 @@ func cleanup() error {
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	iter := rdb.Scan(ctx, 0, "*"+runPrefix+"*", 1000).Iterator()
+	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
 	var batch []string
 	flush := func() error {
 		if len(batch) == 0 {
@@ -252,6 +262,10 @@ type stats struct {
 	mallocs, bytes    uint64
 	cmds, trips       int64
 	lat               hist
+	// redis is what the Redis server did over the measured window (see
+	// redisWindow); redisErr is why it is unknown.
+	redis    redisDelta
+	redisErr error
 }
 
 func (s *stats) opsPerSec() float64 { return float64(s.ops) / s.elapsed.Seconds() }
@@ -262,6 +276,24 @@ func (s *stats) callsPer1k() float64 { return 1000 * float64(s.cmds) / float64(m
 func (s *stats) tripsPer1k() float64 { return 1000 * float64(s.trips) / float64(max(s.ops, 1)) }
 func (s *stats) deniedPct() float64  { return 100 * float64(s.denied) / float64(max(s.ops, 1)) }
 func (s *stats) p(q float64) float64 { return float64(s.lat.quantile(q)) / 1e3 } // µs
+
+// redisCPUPerOp is the Redis server's CPU (user + sys) per decision over
+// the measured window, in µs; NaN when it could not be read.
+func (s *stats) redisCPUPerOp() float64 {
+	if s.redisErr != nil || s.ops == 0 {
+		return math.NaN()
+	}
+	return s.redis.cpu.Seconds() * 1e6 / float64(s.ops)
+}
+
+// cpuNote marks a Redis CPU reading that other clients' commands disturbed
+// (see redisDelta.disturbed): it includes their work too.
+func (s *stats) cpuNote() string {
+	if s.redisErr == nil && s.redis.disturbed(0) {
+		return "*"
+	}
+	return ""
+}
 
 // worker is one goroutine's tallies, padded so neighbours do not share a
 // cache line.
@@ -340,6 +372,11 @@ func run(g int, maxOps int64, maxDur time.Duration, nkeys int, d decider, ctr *c
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	// The Redis readings bracket the window: the goroutines are parked on
+	// startCh until after the first, and have all returned before the
+	// second, so Redis did no work of ours in between but the measured
+	// decisions and the readings' own INFO.
+	win := redisWindow()
 	cmds0, trips0 := ctr.cmds.Load(), ctr.trips.Load()
 	if start != nil {
 		start()
@@ -351,16 +388,20 @@ func run(g int, maxOps int64, maxDur time.Duration, nkeys int, d decider, ctr *c
 	if stop != nil {
 		stop()
 	}
+	cmds, trips := ctr.cmds.Load()-cmds0, ctr.trips.Load()-trips0
+	rd, rerr := win()
 	runtime.ReadMemStats(&after)
 	if timer != nil {
 		timer.Stop()
 	}
 	s := stats{
-		elapsed: elapsed,
-		mallocs: after.Mallocs - before.Mallocs,
-		bytes:   after.TotalAlloc - before.TotalAlloc,
-		cmds:    ctr.cmds.Load() - cmds0,
-		trips:   ctr.trips.Load() - trips0,
+		elapsed:  elapsed,
+		mallocs:  after.Mallocs - before.Mallocs,
+		bytes:    after.TotalAlloc - before.TotalAlloc,
+		cmds:     cmds,
+		trips:    trips,
+		redis:    rd,
+		redisErr: rerr,
 	}
 	// A goroutine stopped by halt may have taken an index it never used:
 	// count the decisions recorded.
@@ -380,13 +421,15 @@ func run(g int, maxOps int64, maxDur time.Duration, nkeys int, d decider, ctr *c
 	return s
 }
 
-// prime makes one decision for each key, unmeasured, with up to 64
-// goroutines: it opens connections, loads the script, and for denied
-// traffic spends every key's quota before the measurement.
-func prime(g, nkeys int, d decider) {
+// prime makes passes decisions for each key (at least 4 per goroutine),
+// unmeasured, with g goroutines but at least 64 and at most 256: it opens
+// connections and loads the script; for denied traffic (two passes) it
+// spends every key's quota, then has every key denied once, so that caches
+// of denials start the measurement warm.
+func prime(g, nkeys, passes int, d decider) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	n := int64(max(nkeys, 4*g))
+	n := int64(max(passes*nkeys, 4*g))
 	for range min(max(g, 64), 256) {
 		wg.Add(1)
 		go func() {
@@ -406,6 +449,14 @@ func prime(g, nkeys int, d decider) {
 // report adds the custom metrics of s to b.
 func report(b *testing.B, s *stats) {
 	b.ReportMetric(s.opsPerSec(), "ops/s")
+	if s.redisErr == nil {
+		b.ReportMetric(s.redisCPUPerOp(), "redis-cpu-µs/op")
+		if s.redis.disturbed(0) {
+			b.ReportMetric(float64(s.redis.foreign(0)), "redis-foreign-B")
+		}
+	} else {
+		b.Logf("no Redis CPU reading: %v", s.redisErr)
+	}
 	b.ReportMetric(s.p(0.50), "p50-µs")
 	b.ReportMetric(s.p(0.99), "p99-µs")
 	b.ReportMetric(s.callsPer1k(), "rediscalls/1kop")

@@ -8,35 +8,35 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gofiber/fiber/v2"
 	"github.com/labstack/echo/v4"
-	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/echolimit"
 	"github.com/redlimit/redlimit/fiberlimit"
 	"github.com/redlimit/redlimit/ginlimit"
+	"github.com/redlimit/redlimit/httplimit"
 )
 
 func init() {
 	gin.SetMode(gin.ReleaseMode)
 	httpApps = append(httpApps,
-		httpApp{"gin", func(tb testing.TB, l *core.Limiter) (string, func()) {
+		httpApp{"gin", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
 			r := gin.New()
-			if l != nil {
-				r.Use(ginlimit.New(l, httpLimit))
+			if p != nil {
+				r.Use(ginlimit.New(p))
 			}
 			r.GET("/hello", func(c *gin.Context) { c.Data(http.StatusOK, "text/plain", hello) })
 			return httptestStart(r)
 		}},
-		httpApp{"echo", func(tb testing.TB, l *core.Limiter) (string, func()) {
+		httpApp{"echo", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
 			e := echo.New()
-			if l != nil {
-				e.Use(echolimit.New(l, httpLimit))
+			if p != nil {
+				e.Use(echolimit.New(p))
 			}
 			e.GET("/hello", func(c echo.Context) error { return c.Blob(http.StatusOK, "text/plain", hello) })
 			return httptestStart(e)
 		}},
-		httpApp{"fiber", func(tb testing.TB, l *core.Limiter) (string, func()) {
+		httpApp{"fiber", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
 			app := fiber.New(fiber.Config{DisableStartupMessage: true})
-			if l != nil {
-				app.Use(fiberlimit.New(fiberlimit.Config{Limiter: l, Limit: httpLimit}))
+			if p != nil {
+				app.Use(fiberlimit.New(fiberlimit.Config{Policy: p}))
 			}
 			app.Get("/hello", func(c *fiber.Ctx) error { return c.Send(hello) })
 			ln, err := net.Listen("tcp", "127.0.0.1:0")

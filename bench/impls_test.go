@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -82,15 +83,32 @@ type impl struct {
 	make         func(rdb *redis.Client, q quota, keys []string) (decider, error)
 }
 
-// benchTimeout replaces core.DefaultTimeout (50ms): at 256 goroutines on a
-// shared 2-core machine a queued decision can take longer, and a timeout
+// benchTimeout replaces core's default timeout (50ms): at 256 goroutines on
+// a shared 2-core machine a queued decision can take longer, and a timeout
 // would count as an error, not a decision. The cost per call (a context
 // with a deadline) is the same.
 const benchTimeout = time.Second
 
+// newLimiter is core.New with the bench's timeout, after the Limiter's
+// first background health check (an INFO) is done, so that it does not
+// land in a measured window.
+func newLimiter(rdb *redis.Client, opts ...core.Option) (*core.Limiter, error) {
+	l, err := core.New(rdb, append([]core.Option{core.WithTimeout(benchTimeout)}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(2 * time.Second); l.Health().Checked.IsZero() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	return l, nil
+}
+
 func ours(name, client string, alg core.Algorithm, opts ...core.Option) impl {
 	return impl{name: name, client: client, make: func(rdb *redis.Client, q quota, keys []string) (decider, error) {
-		l := core.New(rdb, append([]core.Option{core.WithTimeout(benchTimeout)}, opts...)...)
+		l, err := newLimiter(rdb, opts...)
+		if err != nil {
+			return nil, err
+		}
 		lim := core.Limit{Algorithm: alg, Rate: q.rate, Period: q.period}
 		if err := lim.Validate(); err != nil {
 			return nil, err
@@ -102,23 +120,28 @@ func ours(name, client string, alg core.Algorithm, opts ...core.Option) impl {
 	}}
 }
 
+// Our contenders: every decision its own script call (plain), the default
+// (concurrent decisions batched into one script call per Redis node), and
+// the default with the deny cache. Each has a go-redis client of its own.
 var (
-	oursTB = ours("ours/token_bucket", "ours", core.TokenBucket)
-	oursAP = ours("ours/token_bucket+autopipeline", "ours-ap", core.TokenBucket, core.WithAutoPipeline())
-	oursDC = ours("ours/token_bucket+denycache", "ours", core.TokenBucket, core.WithDenyCache(1<<17))
-	// oursAPDC is the configuration for abusive traffic at high concurrency.
-	oursAPDC = ours("ours/token_bucket+autopipeline+denycache", "ours-apdc", core.TokenBucket,
-		core.WithAutoPipeline(), core.WithDenyCache(1<<17))
-	oursAll = []impl{
-		oursTB,
-		ours("ours/sliding_window", "ours", core.SlidingWindow),
-		ours("ours/sliding_window_counter", "ours", core.SlidingWindowCounter),
-		ours("ours/fixed_window", "ours", core.FixedWindow),
-		ours("ours/leaky_bucket", "ours", core.LeakyBucket),
-		oursAP,
-		oursDC,
-	}
+	oursPlain   = ours("ours/plain", "ours-plain", core.TokenBucket, core.WithBatching(1))
+	oursBatched = ours("ours/batched", "ours-batched", core.TokenBucket)
+	oursBDC     = ours("ours/batched+denycache", "ours-batched-dc", core.TokenBucket, core.WithDenyCache(1<<17))
+	// oursPDC is the plain client with the deny cache: the deny cache
+	// table's reference, one Redis call per decision it does not answer.
+	oursPDC = ours("ours/plain+denycache", "ours-plain-dc", core.TokenBucket, core.WithBatching(1), core.WithDenyCache(1<<17))
+	oursAll = []impl{oursPlain, oursBatched, oursBDC}
 )
+
+// oursAlg is algorithm alg, plain or batched.
+func oursAlg(alg core.Algorithm, batched bool) impl {
+	if batched {
+		return ours("ours/"+alg.String()+"/batched", "ours-batched", alg)
+	}
+	return ours("ours/"+alg.String()+"/plain", "ours-plain", alg, core.WithBatching(1))
+}
+
+var algorithms = []core.Algorithm{core.TokenBucket, core.SlidingWindow, core.SlidingWindowCounter, core.FixedWindow, core.LeakyBucket}
 
 // redisRate is go-redis/redis_rate v10 (GCRA), Allow with the same quota
 // (PerSecond(n) is Limit{Rate: n, Burst: n, Period: time.Second}).
@@ -147,19 +170,19 @@ var ulule = impl{name: "ulule", client: "ulule", make: func(rdb *redis.Client, q
 	}, nil
 }}
 
-// goredis is the floor under our token bucket: its script run through
-// go-redis' Script.Run (EVALSHA) with keys and arguments built beforehand,
-// so every allocation it reports is go-redis' own. Our allocs/op minus
-// this one is what the core adds.
+// goredis is the floor under our token bucket: the script one plain
+// decision runs (see oneCallScript), through go-redis' Script.Run (EVALSHA)
+// with keys and arguments built beforehand, so every allocation it reports
+// is go-redis' own. Our allocs/op minus this one is what the core adds.
 var goredis = impl{name: "goredis_evalsha", client: "goredis", make: func(rdb *redis.Client, q quota, keys []string) (decider, error) {
-	src, err := os.ReadFile("../core/scripts/token_bucket.lua")
+	src, err := oneCallScript(core.TokenBucket)
 	if err != nil {
 		return nil, err
 	}
-	script := redis.NewScript(string(src))
+	script := redis.NewScript(src)
 	rkeys := make([][]string, len(keys))
 	for i, k := range keys {
-		rkeys[i] = []string{"ratelimit:{" + k + "}:tb"}
+		rkeys[i] = []string{tokenBucketKey(k)}
 	}
 	args := tokenBucketArgs(q)
 	return func(ctx context.Context, i int) (bool, error) {
@@ -167,29 +190,70 @@ var goredis = impl{name: "goredis_evalsha", client: "goredis", make: func(rdb *r
 		if err != nil {
 			return false, err
 		}
-		return len(v) > 0 && v[0] == 1, nil
+		return len(v) > 0 && v[0] > 0, nil
 	}, nil
 }}
 
-// tokenBucketArgs is the ARGV core sends for a token bucket of q, cost 1
-// (see core/scripts/token_bucket.lua).
+// oneCallScript is the script core runs for one decision under alg, built
+// from core/scripts as core/scripts.go builds it: the prelude, the
+// algorithm's script, then the batch driver, which a lone decision goes
+// through with one request.
+func oneCallScript(alg core.Algorithm) (string, error) {
+	read := func(name string) (string, error) {
+		b, err := os.ReadFile("../core/scripts/" + name + ".lua")
+		return string(b), err
+	}
+	prelude, err := read("prelude")
+	if err != nil {
+		return "", err
+	}
+	body, err := read(alg.String())
+	if err != nil {
+		return "", err
+	}
+	batch, err := read("batch")
+	if err != nil {
+		return "", err
+	}
+	return prelude + "do\n" + body + "\nend\nlocal A = algorithms[" + strconv.Itoa(int(alg)+1) + "]\n" + batch, nil
+}
+
+// tokenBucketKey is the Redis key core keeps a token bucket in, for a key
+// without braces (core/rediskey.go, core/algorithm.go).
+func tokenBucketKey(k string) string { return "ratelimit:{" + k + "}:tb2" }
+
+// tokenBucketArgs is the ARGV core sends for one decision of cost 1 on a
+// token bucket of q (core/scripts/token_bucket.lua, batch.lua): the
+// period in µs and the rate, both divided by their gcd, the capacity; then
+// one request: 1, n = 1, mode CONSUME (0).
 func tokenBucketArgs(q quota) []any {
 	period, rate := q.period.Microseconds(), int64(q.rate)
 	a, b := period, rate
 	for b != 0 {
 		a, b = b, a%b
 	}
-	return []any{period / a, rate / a, int64(q.rate), 1, "0"}
+	return []any{period / a, rate / a, int64(q.rate), 1, 1, 0}
 }
 
 // setup makes im's decider for s on fresh keys and primes it (see prime).
-func setup(tb testing.TB, im impl, s scenario) (decider, client) {
+// done deletes the keys it wrote, so that they neither expire nor weigh on
+// Redis during a later measurement.
+func setup(tb testing.TB, im impl, s scenario) (d decider, c client, done func()) {
 	tb.Helper()
-	c := clientFor(tb, im.client)
-	d, err := im.make(c.rdb, s.traffic.quota(), keySet(s.keys))
+	c = clientFor(tb, im.client)
+	keys, pattern := keySet(s.keys)
+	d, err := im.make(c.rdb, s.traffic.quota(), keys)
 	if err != nil {
 		tb.Fatalf("%s: %v", im.name, err)
 	}
-	prime(s.g, s.keys, d)
-	return d, c
+	passes := 1
+	if s.traffic == denied {
+		passes = 2
+	}
+	prime(s.g, s.keys, passes, d)
+	return d, c, func() {
+		if err := unlinkMatching(pattern); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: deleting %s: %v\n", pattern, err)
+		}
+	}
 }
