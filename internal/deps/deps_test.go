@@ -1,7 +1,9 @@
 package deps
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -9,53 +11,98 @@ import (
 
 const module = "github.com/redlimit/redlimit"
 
-// Module prefixes no package of the library may link unless listed in its
-// allowed set below.
+// Module prefixes no package of the library may link, nor any module
+// require, unless listed in its allowed set below.
 var heavy = []string{
 	"github.com/alicebob/miniredis",
 	"github.com/gin-gonic/gin",
-	"github.com/labstack/echo",
-	"github.com/gofiber/fiber",
+	"github.com/labstack/echo/v4",
+	"github.com/labstack/echo/v5",
+	"github.com/gofiber/fiber/v2",
+	"github.com/gofiber/fiber/v3",
 	"github.com/valyala/fasthttp",
 	"github.com/prometheus/",
 	"go.opentelemetry.io/",
 }
 
+var packages = []struct {
+	pkg     string
+	dir     string   // the module's directory, from the repository root
+	allowed []string // of heavy, the ones this package may link
+	imports []string // of this repository's packages, the ones it may import
+}{
+	{"core", ".", nil, nil},
+	{"httplimit", ".", nil, []string{"core"}},
+	{"nethttplimit", ".", nil, []string{"core", "httplimit"}},
+	{"redlimittest", ".", []string{"github.com/alicebob/miniredis"}, []string{"core"}},
+	{"ginlimit", "ginlimit", []string{"github.com/gin-gonic/gin"}, []string{"core", "httplimit"}},
+	{"echolimit", "echolimit", []string{"github.com/labstack/echo/v4"}, []string{"core", "httplimit"}},
+	{"echov5limit", "echov5limit", []string{"github.com/labstack/echo/v5"}, []string{"core", "httplimit"}},
+	{"fiberlimit", "fiberlimit", []string{"github.com/gofiber/fiber/v2", "github.com/valyala/fasthttp"}, []string{"core", "httplimit"}},
+	{"fiberv3limit", "fiberv3limit", []string{"github.com/gofiber/fiber/v3", "github.com/valyala/fasthttp"}, []string{"core", "httplimit"}},
+	{"prommetrics", "prommetrics", []string{"github.com/prometheus/"}, []string{"core", "httplimit"}},
+	{"otelmetrics", "otelmetrics", []string{"go.opentelemetry.io/"}, []string{"core", "httplimit"}},
+}
+
+// TestDependencies: each package links only what its users expect, and
+// core knows nothing of HTTP.
 func TestDependencies(t *testing.T) {
-	tests := []struct {
-		pkg     string
-		allowed []string // of heavy, the ones this package may link
-	}{
-		{"core", nil},
-		{"nethttplimit", nil},
-		{"ginlimit", []string{"github.com/gin-gonic/gin"}},
-		{"echolimit", []string{"github.com/labstack/echo"}},
-		{"fiberlimit", []string{"github.com/gofiber/fiber", "github.com/valyala/fasthttp"}},
-		{"prommetrics", []string{"github.com/prometheus/"}},
-		{"otelmetrics", []string{"go.opentelemetry.io/"}},
-	}
-	for _, tt := range tests {
+	for _, tt := range packages {
 		t.Run(tt.pkg, func(t *testing.T) {
-			deps := listDeps(t, module+"/"+tt.pkg)
+			deps := goList(t, tt.dir, "list", "-deps", module+"/"+tt.pkg)
 			for _, dep := range deps {
 				for _, h := range heavy {
 					if strings.HasPrefix(dep, h) && !slices.Contains(tt.allowed, h) {
 						t.Errorf("%s links %s", tt.pkg, dep)
 					}
 				}
-				if strings.HasPrefix(dep, module+"/") && dep != module+"/core" && dep != module+"/"+tt.pkg {
-					t.Errorf("%s links %s: a library package may import only core", tt.pkg, dep)
+				if rest, ok := strings.CutPrefix(dep, module+"/"); ok && rest != tt.pkg && !slices.Contains(tt.imports, rest) {
+					t.Errorf("%s links %s; it may import only %v of this repository", tt.pkg, dep, tt.imports)
+				}
+				if tt.pkg == "core" && (dep == "net/http" || strings.HasPrefix(dep, "net/http/")) {
+					t.Errorf("core links %s: the engine must know nothing of HTTP", dep)
 				}
 			}
 		})
 	}
 }
 
-func listDeps(t *testing.T, pkg string) []string {
+// TestModuleGraphs: a module's requirements, as a user's go.mod would see
+// them (without go.work), include no other framework or metrics SDK. The
+// root module requires miniredis, for its tests and redlimittest.
+func TestModuleGraphs(t *testing.T) {
+	seen := map[string]bool{}
+	for _, tt := range packages {
+		if seen[tt.dir] {
+			continue
+		}
+		seen[tt.dir] = true
+		t.Run(tt.dir, func(t *testing.T) {
+			allowed := append([]string{"github.com/alicebob/miniredis"}, tt.allowed...)
+			if tt.dir == "." {
+				allowed = []string{"github.com/alicebob/miniredis"}
+			}
+			for _, m := range goList(t, tt.dir, "list", "-m", "all") {
+				for _, h := range heavy {
+					if strings.HasPrefix(m, h) && !slices.Contains(allowed, h) {
+						t.Errorf("module %s requires %s", tt.dir, m)
+					}
+				}
+			}
+		})
+	}
+}
+
+// goList runs go with args in the module at dir (relative to the
+// repository root), without the workspace, and returns its output's fields.
+func goList(t *testing.T, dir string, args ...string) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", pkg).CombinedOutput()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = filepath.Join("..", "..", dir)
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
 	}
 	return strings.Fields(string(out))
 }
