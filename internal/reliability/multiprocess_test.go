@@ -186,7 +186,8 @@ func TestMultiProcessOneKey(t *testing.T) {
 			aligned:   true,
 		},
 		{
-			// The same with a quota the processes spend over most of the run.
+			// The same with a quota the processes may not spend in the run:
+			// whatever they ask for within it is admitted.
 			name:      "fixed window with leases, mostly admitted",
 			limit:     core.Limit{Algorithm: core.FixedWindow, Rate: 2_000_000, Period: time.Minute},
 			bound:     func(l core.Limit, t time.Duration) int64 { return int64(l.Rate) },
@@ -287,6 +288,9 @@ func TestMultiProcessOneKey(t *testing.T) {
 			}
 			bound, reach := tc.bound(tc.limit, span), tc.bound(tc.limit, asking)
 			calls := sum.Admitted + sum.Denied + sum.Failed
+			// Callers that asked for less than the bound (a large quota, a
+			// -race build) must get all they asked for, less the margin.
+			reach = min(reach, calls)
 			t.Logf("%d processes x %d goroutines, %v: %d calls (%.0f/s), %d admitted, bound %d (%.1f%%; %d over the %v of asking)",
 				processes, goroutines, span.Round(time.Millisecond), calls, float64(calls)/span.Seconds(),
 				sum.Admitted, bound, 100*float64(sum.Admitted)/float64(bound), reach, asking.Round(time.Millisecond))
