@@ -134,6 +134,16 @@ func Reduced(t testing.TB, what string) {
 	skips.Unlock()
 }
 
+// MainLong is Main for a package of long suites: without Long it runs
+// nothing, and says so, like a skip.
+func MainLong(m *testing.M) {
+	if !Long() {
+		printSummary(fmt.Sprintf("%s: SKIPPED every test: a long suite, run under CI=true or with REDIS_URL set (it starts its own redis-server processes)\n", pkgName()))
+		os.Exit(0)
+	}
+	Main(m)
+}
+
 // Main runs a package's tests, then says which were skipped for want of a
 // Redis, one line per reason. go test shows nothing of a package that
 // passes unless -v is given, so the lines go to the terminal (/dev/tty)
@@ -159,15 +169,23 @@ func Main(m *testing.M) {
 		fmt.Fprintf(&b, "%s: REDUCED %d tests: %s (CI=true or REDIS_URL runs them in full)\n", pkgName(), skips.reduced[r], r)
 	}
 	skips.Unlock()
-	if b.Len() > 0 {
-		out := os.Stderr
-		if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
-			out = tty
-			defer tty.Close()
-		}
-		fmt.Fprint(out, b.String())
-	}
+	printSummary(b.String())
 	os.Exit(code)
+}
+
+// printSummary writes the lines for the terminal (/dev/tty) when there is
+// one, since go test hides the output of a package that passes, and to
+// stderr otherwise.
+func printSummary(lines string) {
+	if lines == "" {
+		return
+	}
+	out := os.Stderr
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		out = tty
+		defer tty.Close()
+	}
+	fmt.Fprint(out, lines)
 }
 
 // pkgName is the test binary's package, from its name ("core.test").

@@ -6,5 +6,5 @@ import (
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-// TestMain says which real-Redis tests were skipped, without -v.
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain runs the suite under CI or with REDIS_URL, and says so otherwise.
+func TestMain(m *testing.M) { redistest.MainLong(m) }

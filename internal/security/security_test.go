@@ -20,7 +20,7 @@ import (
 	"github.com/redlimit/redlimit/nethttplimit"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redistest.MainLong(m) }
 
 // pinger measures another client's view of Redis: the slowest PING while
 // it runs, one every millisecond.
