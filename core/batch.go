@@ -121,6 +121,16 @@ func (b *batcher) decide(ctx context.Context, l *Limiter, pr *prepared, id group
 		return res, err
 	case <-ctx.Done():
 		b.mu.Lock()
+		select {
+		case <-c.done:
+			// Answered as the context ended: the answer stands (it may
+			// have taken units).
+			b.mu.Unlock()
+			res, err := c.res, c.err
+			recycle(c)
+			return res, err
+		default:
+		}
 		if c.taken {
 			// Redis may still decide it: a request that gave up may be
 			// counted (limits err on the strict side), never admitted.

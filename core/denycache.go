@@ -38,7 +38,9 @@ func (c *denyCache) get(key string, limit Limit, n int, now time.Time) (Result, 
 		ok = false
 	}
 	c.mu.Unlock()
-	if !ok || n < d.n || !now.Before(d.until) {
+	// Only the same cost: a larger one waits longer, and the wait
+	// remembered would make its Retry-After early.
+	if !ok || n != d.n || !now.Before(d.until) {
 		return Result{}, false
 	}
 	// Redis measured its waits somewhere between sending and receiving:

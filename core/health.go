@@ -204,6 +204,10 @@ func (h *healthState) update(now Health) Health {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	prev := h.last
+	if now.Checked.Before(prev.Checked) {
+		// A check that started earlier finished later: what is newer stays.
+		return prev
+	}
 	log := h.log()
 	if now.Err != nil {
 		if !h.failed && log != nil {

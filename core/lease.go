@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 )
@@ -32,31 +33,39 @@ const (
 // leases holds one Limiter's leases, by state key.
 type leases struct {
 	share float64
+	life  time.Duration // leaseLife; tests lengthen it
 	mu    sync.Mutex
 	m     map[string]*lease
 }
 
-// lease is this instance's slice of one key's quota under one Limit.
+// lease is this instance's slice of one key's quota under one Limit. It
+// leaves the table (dead) when a lease life passes without a request;
+// a caller that still holds it then asks the table again.
 type lease struct {
-	ls            *leases
-	stateKey, key string
-	limit         Limit
+	ls   *leases
+	pr   *prepared
+	tag  string
+	keys []string // the state's key, owned by the lease
 
 	mu       sync.Mutex
+	dead     bool
 	units    int64         // left to spend
 	remote   int           // what Redis had left after granting them
 	until    time.Time     // the lease ends, at the latest when its window does
 	end      time.Time     // its window ends
+	whole    time.Time     // the quota is whole again, as Redis said
 	denied   time.Time     // Redis had nothing left: deny locally before this
 	ready    time.Time     // and report waits until this (see denyCache.get)
 	deny     Result        // the denial Redis gave
-	used     int64         // units spent from the current lease
-	gen      uint64        // counts replies, so an old timer knows it is stale
+	used     int64         // units spent since the last lease or expiry
+	size     int64         // demand seen by the lease that expired last
+	gen      uint64        // counts leases and expiries, so an old timer knows it is stale
 	fetching chan struct{} // closed when the call in flight returns
+	fetchErr error         // why the last call failed, for those who waited on it
 }
 
 func newLeases(share float64) *leases {
-	return &leases{share: share, m: make(map[string]*lease)}
+	return &leases{share: share, life: leaseLife, m: make(map[string]*lease)}
 }
 
 // capFor is the most one lease under pr may hold: a share of its capacity,
@@ -68,22 +77,34 @@ func (ls *leases) capFor(pr *prepared) int64 {
 	return int64(float64(pr.p.capacity) * ls.share)
 }
 
-// get returns the lease of stateKey under limit, making it if there is
-// room; nil when the table is full.
-func (ls *leases) get(stateKey, key string, limit Limit) *lease {
+// get returns the lease of keys[0] under pr's Limit; when there is none,
+// it makes one if create and the table has room, else returns nil.
+func (ls *leases) get(pr *prepared, tag string, keys []string, create bool) *lease {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if e, ok := ls.m[stateKey]; ok && e.limit == limit {
+	if e, ok := ls.m[keys[0]]; ok && e.pr.limit == pr.limit {
 		return e
 	}
 	// A lease under another Limit is left to run out on its own: a key
 	// keeps one state whatever its Limit, and the new Limit starts afresh.
-	if len(ls.m) >= maxLeases {
+	if !create || len(ls.m) >= maxLeases {
 		return nil
 	}
-	e := &lease{ls: ls, stateKey: stateKey, key: key, limit: limit}
-	ls.m[stateKey] = e
+	// The strings may live in a buffer the caller reuses (fasthttp's):
+	// the lease outlives the call.
+	e := &lease{ls: ls, pr: pr, tag: strings.Clone(tag), keys: []string{strings.Clone(keys[0])}}
+	ls.m[e.keys[0]] = e
 	return e
+}
+
+// drop takes e out of the table. e.mu is held.
+func (e *lease) drop() {
+	e.dead = true
+	e.ls.mu.Lock()
+	if e.ls.m[e.keys[0]] == e {
+		delete(e.ls.m, e.keys[0])
+	}
+	e.ls.mu.Unlock()
 }
 
 // forget drops the lease of stateKey: its units were counted in a state
@@ -91,12 +112,11 @@ func (ls *leases) get(stateKey, key string, limit Limit) *lease {
 func (ls *leases) forget(stateKey string) {
 	ls.mu.Lock()
 	e := ls.m[stateKey]
-	delete(ls.m, stateKey)
 	ls.mu.Unlock()
 	if e != nil {
 		e.mu.Lock()
-		e.units, e.denied, e.until = 0, time.Time{}, time.Time{}
-		e.gen++
+		e.units = 0
+		e.drop()
 		e.mu.Unlock()
 	}
 }
@@ -120,18 +140,38 @@ func (ls *leases) refunded(stateKey string) {
 // full, or n > 1 does not fit the lease (a lease is taken, and a denial
 // remembered, for one unit, so a larger request gets its exact wait from
 // Redis).
-func (ls *leases) decide(ctx context.Context, l *Limiter, pr *prepared, tag string, keys []string, key string, n int) (Result, bool, error) {
-	e := ls.get(keys[0], key, pr.limit)
-	if e == nil {
-		return Result{}, false, nil
-	}
+func (ls *leases) decide(ctx context.Context, l *Limiter, pr *prepared, tag string, keys []string, n int) (Result, bool, error) {
 	for {
-		e.mu.Lock()
+		e := ls.get(pr, tag, keys, n == 1)
+		if e == nil {
+			return Result{}, false, nil
+		}
+		res, done, err := e.decide(ctx, l, n)
+		if done {
+			return res, true, err
+		}
+		if n > 1 {
+			return Result{}, false, nil
+		}
+		// e was dropped meanwhile: take the table's.
+	}
+}
+
+// decide is leases.decide on e; it reports false when e is dead or, for
+// n > 1, cannot answer.
+func (e *lease) decide(ctx context.Context, l *Limiter, n int) (Result, bool, error) {
+	e.mu.Lock()
+	for {
+		if e.dead {
+			e.mu.Unlock()
+			return Result{}, false, nil
+		}
 		now := time.Now()
 		if now.Before(e.until) && e.units >= int64(n) {
 			e.units -= int64(n)
 			e.used += int64(n)
-			res := Result{Allowed: true, Granted: n, Remaining: e.remote + int(e.units), ResetAfter: e.end.Sub(now), Leased: true}
+			res := Result{Allowed: true, Granted: n, Remaining: e.remote + int(e.units),
+				ResetAfter: max(0, e.whole.Sub(now)), Leased: true}
 			e.mu.Unlock()
 			return res, true, nil
 		}
@@ -142,7 +182,7 @@ func (ls *leases) decide(ctx context.Context, l *Limiter, pr *prepared, tag stri
 		if now.Before(e.denied) {
 			res := e.deny
 			res.RetryAfter = e.ready.Sub(now)
-			res.ResetAfter = max(res.RetryAfter, res.ResetAfter-now.Sub(e.denied.Add(-e.deny.RetryAfter)))
+			res.ResetAfter = max(res.RetryAfter, res.ResetAfter+res.RetryAfter-e.deny.RetryAfter)
 			res.Leased = true
 			e.mu.Unlock()
 			return res, true, nil
@@ -151,53 +191,61 @@ func (ls *leases) decide(ctx context.Context, l *Limiter, pr *prepared, tag stri
 			e.mu.Unlock()
 			select {
 			case <-wait:
-				continue
 			case <-ctx.Done():
 				return Result{}, true, l.wrap(ctx, ctx.Err())
 			}
+			e.mu.Lock()
+			if err := e.fetchErr; err != nil && e.fetching == nil {
+				// The call this request waited on failed: so does this
+				// request, at once (the fallback, if any, decides it).
+				e.mu.Unlock()
+				return Result{}, true, err
+			}
+			continue
 		}
-		// Ask for twice what the lease that ran out served, at least one
-		// unit, at most the cap.
-		size := min(max(2*e.used, 1), ls.capFor(pr))
-		e.fetching = make(chan struct{})
+		// The lease is over (its life, or its units): units it still holds
+		// go back to Redis, and the next asks for twice the demand seen.
+		stale, end := e.units, e.end
+		e.units = 0
+		size := min(max(2*e.used, e.size, 1), e.ls.capFor(e.pr))
+		e.fetching, e.fetchErr = make(chan struct{}), nil
 		e.mu.Unlock()
 
+		if stale > 0 {
+			go e.giveBack(l, stale, end)
+		}
 		sent := time.Now()
-		res, err := l.ask(ctx, pr, tag, keys, int(size), modeAtMost, sent)
+		res, err := l.ask(ctx, e.pr, e.tag, e.keys, int(size), modeAtMost, sent)
 
 		e.mu.Lock()
 		close(e.fetching)
-		e.fetching = nil
-		if err == nil {
-			e.start(l, pr, res, sent, time.Now())
-		}
-		e.mu.Unlock()
+		e.fetching, e.fetchErr = nil, err
 		if err != nil {
+			if e.until.IsZero() && e.denied.IsZero() {
+				e.drop() // no timer would ever take it out
+			}
+			e.mu.Unlock()
 			return Result{}, true, err
 		}
+		e.start(l, res, sent, time.Now())
 	}
 }
 
 // start records the reply of a lease call sent at sent and received at
 // received: a lease of res.Granted units, or a denial. e.mu is held.
-func (e *lease) start(l *Limiter, pr *prepared, res Result, sent, received time.Time) {
+func (e *lease) start(l *Limiter, res Result, sent, received time.Time) {
 	e.gen++
-	e.used = 0
-	at := received
+	e.used, e.size = 0, 0
+	var at time.Time
 	if res.Allowed {
 		// Units counted in Redis at some instant after sent: their window
 		// ends no earlier than sent + what Redis said was left of it.
-		end := sent.Add(algorithms[pr.limit.Algorithm].leaseLeft(res, pr.p))
-		if e.units > 0 && received.Before(e.until) && e.end.Before(end) {
-			end = e.end // units still held end with their own window
-		} else {
-			e.units = 0
-		}
-		e.units += int64(res.Granted)
-		e.remote, e.end = res.Remaining, end
-		e.until = sent.Add(leaseLife)
-		if end.Before(e.until) {
-			e.until = end
+		e.units, e.remote = int64(res.Granted), res.Remaining
+		e.end = sent.Add(algorithms[e.pr.limit.Algorithm].leaseLeft(res, e.pr.p))
+		e.whole = received.Add(res.ResetAfter)
+		e.until = sent.Add(e.ls.life)
+		if e.end.Before(e.until) {
+			e.until = e.end
 		}
 		e.denied = time.Time{}
 		at = e.until
@@ -208,29 +256,50 @@ func (e *lease) start(l *Limiter, pr *prepared, res Result, sent, received time.
 		e.denied, e.ready, e.deny = sent.Add(res.RetryAfter), received.Add(res.RetryAfter), res
 		at = e.denied
 	}
-	gen := e.gen
-	time.AfterFunc(at.Sub(received), func() { e.expire(l, gen) })
+	e.expireAt(l, at.Sub(received))
 }
 
-// expire ends the lease or denial of reply gen, unless a later reply
-// replaced it: the units it did not spend go back to Redis, unless its
-// window is about to end (they end with it, and a late refund could count
-// in the next window), and the key leaves the table until its next request.
+// expireAt runs expire for the current lease after d. e.mu is held.
+func (e *lease) expireAt(l *Limiter, d time.Duration) {
+	gen := e.gen
+	time.AfterFunc(d, func() { e.expire(l, gen) })
+}
+
+// expire ends the lease or denial gen, unless a later one replaced it: the
+// units it did not spend go back to Redis. A key that saw requests keeps
+// its entry, and what they asked sizes its next lease; one that saw none
+// for a lease life leaves the table.
 func (e *lease) expire(l *Limiter, gen uint64) {
 	e.mu.Lock()
-	if e.gen != gen || e.fetching != nil {
+	if e.gen != gen || e.fetching != nil || e.dead {
 		e.mu.Unlock()
 		return
 	}
-	units := e.units
-	e.units = 0
+	units, end := e.units, e.end
+	e.units, e.until = 0, time.Time{}
+	if e.used > 0 {
+		e.size, e.used = 2*e.used, 0
+		e.gen++
+		e.expireAt(l, e.ls.life)
+	} else {
+		e.drop()
+	}
 	e.mu.Unlock()
-	e.ls.mu.Lock()
-	if e.ls.m[e.stateKey] == e {
-		delete(e.ls.m, e.stateKey)
+	if units > 0 {
+		e.giveBack(l, units, end)
 	}
-	e.ls.mu.Unlock()
-	if units > 0 && time.Until(e.end) > 2*max(l.timeout, 10*time.Millisecond) {
-		_, _ = l.decide(context.Background(), e.key, e.limit, int(units), modeRefund)
+}
+
+// giveBack returns units of a lease whose window ends at end to Redis,
+// unless the window is about to end: they end with it, and a refund that
+// reached Redis after the window's end would count in the next one. The
+// call is bounded to well within the margin.
+func (e *lease) giveBack(l *Limiter, units int64, end time.Time) {
+	margin := max(2*l.timeout, 100*time.Millisecond)
+	if time.Until(end) <= margin {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), margin/2)
+	defer cancel()
+	_, _ = l.ask(ctx, e.pr, e.tag, e.keys, int(units), modeRefund, time.Now())
 }

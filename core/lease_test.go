@@ -2,10 +2,13 @@ package core
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/internal/redistest"
 )
@@ -20,7 +23,7 @@ func TestLeaseOneInstance(t *testing.T) {
 			_, rdb := redistest.Mini(t) // Redis' clock stands still: one window
 			var count opsCounter
 			rdb.AddHook(&count)
-			l := opsNew(t, rdb, opsPatient, WithLeases(0.25))
+			l := leasingNew(t, rdb, opsPatient, WithLeases(0.25))
 			limit := Limit{Algorithm: a, Rate: 100, Period: time.Hour}
 			if _, err := l.Peek(ctx, "warm-up", limit); err != nil { // loads the script
 				t.Fatal(err)
@@ -69,7 +72,7 @@ func TestLeaseInstancesShareExactly(t *testing.T) {
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	for range 4 {
-		l := opsNew(t, rdb, opsPatient, WithLeases(1.0/8))
+		l := leasingNew(t, rdb, opsPatient, WithLeases(1.0/8))
 		for range 8 {
 			wg.Go(func() {
 				for range 400 {
@@ -96,7 +99,7 @@ func TestLeaseInstancesShareExactly(t *testing.T) {
 func TestLeaseReturnsUnused(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
-	l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
 	for range 7 { // leases of 1, 2 and 4 units
 		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
@@ -110,22 +113,99 @@ func TestLeaseReturnsUnused(t *testing.T) {
 	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-15 {
 		t.Fatalf("Redis has %d left, want 85 (15 leased)", p.Remaining)
 	}
-	e := l.leases.m[stateKeys(nil, l.prefix, escapeTag("k"), FixedWindow, 0)[0]]
+	e := leaseOf(l, "k")
 	e.mu.Lock()
 	gen, units := e.gen, e.units
 	e.mu.Unlock()
 	if units != 7 {
 		t.Fatalf("the lease holds %d units, want 7", units)
 	}
+	e.expire(l, gen-1) // a stale timer (an older lease) does nothing
+	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-15 {
+		t.Errorf("after a stale timer, Redis has %d left, want still 85", p.Remaining)
+	}
 	e.expire(l, gen)
 	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-8 {
 		t.Errorf("after the lease ended, Redis has %d left, want 92 (the 7 unused came back)", p.Remaining)
 	}
-	if n := len(l.leases.m); n != 0 {
-		t.Errorf("%d keys still leased, want 0", n)
+	// The key saw a request in that lease: it stays, for its demand. A
+	// lease life without one takes it out.
+	if leaseOf(l, "k") != e {
+		t.Fatal("a key in use left the table")
 	}
-	// A stale timer (an older lease) does nothing.
-	e.expire(l, gen-1)
+	e.mu.Lock()
+	gen = e.gen
+	e.mu.Unlock()
+	e.expire(l, gen)
+	if leaseOf(l, "k") != nil {
+		t.Error("an idle key stayed in the table")
+	}
+}
+
+// TestLeaseOverByLifeGivesBack: a request that comes after a lease's life
+// but before its timer ran takes the next lease and hands the old one's
+// units back: none is lost for the rest of the window.
+func TestLeaseOverByLifeGivesBack(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
+	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
+	for range 8 { // leases of 1, 2, 4, then 8 with 7 unspent
+		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow: %+v, %v", r, err)
+		}
+	}
+	e := leaseOf(l, "k")
+	e.mu.Lock()
+	e.until = time.Now().Add(-time.Millisecond) // its life is over; its timer has not run
+	e.mu.Unlock()
+	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		t.Fatalf("Allow after the life: %+v, %v", r, err)
+	}
+	// 9 admitted; the 7 come back (in the background), the new lease holds
+	// what it asked for less the one spent.
+	e.mu.Lock()
+	held := e.units
+	e.mu.Unlock()
+	want := 100 - 9 - int(held)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, err := l.Peek(ctx, "k", limit)
+		if err == nil && p.Remaining == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis has %d left, want %d: the old lease's 7 units were lost", p.Remaining, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestLeaseTableBounded: requests of more than one unit, which a lease
+// does not serve, leave nothing in the table, however many keys they name.
+func TestLeaseTableBounded(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
+	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
+	for i := range 200 {
+		if _, err := l.AllowN(ctx, "k"+strconv.Itoa(i), limit, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.leases.mu.Lock()
+	n := len(l.leases.m)
+	l.leases.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d keys in the table after requests of 2 units, want 0", n)
+	}
+}
+
+// leaseOf is key's entry in l's lease table, nil if none.
+func leaseOf(l *Limiter, key string) *lease {
+	l.leases.mu.Lock()
+	defer l.leases.mu.Unlock()
+	return l.leases.m[stateKeys(nil, l.prefix, escapeTag(key), FixedWindow, 0)[0]]
 }
 
 // TestLeaseOnlyWindows: a TokenBucket limit is never leased (every request
@@ -136,7 +216,7 @@ func TestLeaseOnlyWindows(t *testing.T) {
 		_, rdb := redistest.Mini(t)
 		var count opsCounter
 		rdb.AddHook(&count)
-		l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+		l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 		if _, err := l.Peek(ctx, "warm-up", limit); err != nil { // loads the script
 			t.Fatal(err)
 		}
@@ -158,7 +238,7 @@ func TestLeaseOnlyWindows(t *testing.T) {
 func TestLeaseLargerRequests(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
-	l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: SlidingWindowCounter, Rate: 10, Period: time.Hour}
 	admitted := 0
 	for range 20 {
@@ -184,7 +264,7 @@ func TestLeaseLargerRequests(t *testing.T) {
 func TestLeaseReset(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
-	l := opsNew(t, rdb, opsPatient, WithLeases(0.5))
+	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: FixedWindow, Rate: 10, Period: time.Hour}
 	for range 4 { // leases of 1, 2, then 4 with 3 unspent
 		if _, err := l.Allow(ctx, "k", limit); err != nil {
@@ -212,4 +292,15 @@ func TestWithLeasesInvalid(t *testing.T) {
 			t.Errorf("WithLeases(%v): no error", share)
 		}
 	}
+}
+
+// leasingNew is opsNew with leases that live an hour, so that no timer
+// runs during a test: the tests end leases by hand (expire).
+func leasingNew(t *testing.T, rdb *redis.Client, opts ...Option) *Limiter {
+	t.Helper()
+	l := opsNew(t, rdb, opts...)
+	if l.leases != nil {
+		l.leases.life = time.Hour
+	}
+	return l
 }

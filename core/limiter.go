@@ -265,7 +265,7 @@ func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n, mode i
 	var res Result
 	leased := false
 	if l.leases != nil && mode == modeConsume && l.leases.capFor(pr) >= 2 {
-		res, leased, err = l.leases.decide(ctx, l, pr, tag, keys, key, n)
+		res, leased, err = l.leases.decide(ctx, l, pr, tag, keys, n)
 	} else if mode == modeRefund && l.leases != nil {
 		l.leases.refunded(keys[0])
 	}

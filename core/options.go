@@ -88,10 +88,11 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 // locally, with the same Result and without a round trip. Under abusive
 // traffic on a few keys this takes most of the load off Redis.
 //
-// It never denies what Redis would admit: the remembered wait is counted
-// from before the request was sent, it applies only to the same Limit and to
-// costs at least as large, and Reset, Refund, or a call for the key under
-// another Limit, forgets it. A Reset, a Refund or another Limit used by
+// It never denies what Redis would admit, nor reports a wait shorter than
+// Redis would: the remembered wait is counted from before the request was
+// sent, it applies only to the same Limit and the same cost (a larger one
+// waits longer), and Reset, Refund, or a call for the key under another
+// Limit, forgets it. A Reset, a Refund or another Limit used by
 // another instance is not seen: the key stays denied here until its
 // RetryAfter ends. At most maxKeys keys are remembered. Default: off.
 func WithDenyCache(maxKeys int) Option {
