@@ -24,7 +24,10 @@ type Config struct {
 	Policy *httplimit.Policy
 
 	// IdentifierExtractor keys requests from the echo.Context (the user
-	// from c.Get, say); it replaces the Policy's Key. An error, or an empty
+	// from c.Get, say); it replaces the Policy's Key in this middleware.
+	// Check and Reset, given the Policy, use the Policy's own Key: when
+	// you use them, key by httplimit.Config.Key instead (KeyByContextValue,
+	// or a KeyFunc that reads Context(r)). An error, or an empty
 	// key, means the request cannot be keyed.
 	// Optional. Default: nil, the Policy's Key.
 	IdentifierExtractor func(c echo.Context) (string, error)

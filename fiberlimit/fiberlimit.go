@@ -25,7 +25,10 @@ type Config struct {
 
 	// KeyGenerator keys requests from the *fiber.Ctx (the user from
 	// c.Locals, say), in the shape of Fiber's own limiter; it replaces the
-	// Policy's Key. An empty key means the request cannot be keyed: it is
+	// Policy's Key in this middleware. Check and Reset, given the Policy,
+	// use the Policy's own Key: when you use them, key by
+	// httplimit.Config.Key instead (KeyByLocals, or a KeyFunc that reads
+	// Ctx(r)). An empty key means the request cannot be keyed: it is
 	// refused with 400 unless the Policy serves unkeyed requests. Strings
 	// from the *fiber.Ctx alias fasthttp buffers reused after the handler
 	// returns; returning one here is fine.

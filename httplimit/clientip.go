@@ -194,11 +194,15 @@ func parseForwardedHop(s string) (netip.Addr, bool) {
 // parseHostPort accepts "ip", "ip:port", "[ipv6]" and "[ipv6]:port", with
 // IPv4-mapped IPv6 unmapped, so one client has one key.
 func parseHostPort(s string) (netip.Addr, bool) {
+	// A peer address has a port, a forwarded one usually not: try the
+	// likely form first, since a failed parse allocates its error.
+	if strings.HasPrefix(s, "[") || strings.Count(s, ":") == 1 {
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			return ap.Addr().Unmap().WithZone(""), true
+		}
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return a.Unmap().WithZone(""), true
-	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap().WithZone(""), true
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -204,9 +205,14 @@ func New(cfg Config) (*Policy, error) {
 	if p.headers == nil {
 		p.headers = Headers{XRateLimit{}}
 	}
+	// A copy: the caller's slice may change after New.
+	p.headers = slices.Clone(p.headers)
 	for i, h := range p.headers {
-		if h == nil {
+		switch h := h.(type) {
+		case nil:
 			return nil, fmt.Errorf("httplimit: Config.Headers[%d] is nil", i)
+		case XRateLimit:
+			p.headers[i] = h.canonical()
 		}
 	}
 	if int(p.fail) >= len(failNames) {

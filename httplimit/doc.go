@@ -23,10 +23,12 @@
 // A request is limited by the key its KeyFunc returns: the client IP by
 // default (KeyByIP), a header (KeyByHeader), the route (KeyByRoute), the
 // first of several (KeyFirst), several together (KeyJoin), or the user an
-// earlier middleware stored (each adapter's KeyByContextValue). A request
-// that cannot be keyed is refused with 400, never served unlimited, unless
-// Config.ServeUnkeyed says so: leaving a header out must not be a way
-// around the limit.
+// earlier middleware stored (each adapter's KeyByContextValue; KeyByLocals
+// in Fiber). A request that cannot be keyed is refused with 400, never
+// served unlimited, unless Config.ServeUnkeyed says so: leaving a header
+// out must not be a way around the limit. A key a client chooses (an API
+// key the app has not verified) is a limit per value: verify it first, or
+// limit the client IP too.
 //
 // The client IP is the address of the peer that opened the connection;
 // X-Forwarded-For and its kin are read only from the trusted proxies that

@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +35,19 @@ type XRateLimit struct {
 // WriteHeaders writes the three fields, for the layer the Decision reports.
 func (x XRateLimit) WriteHeaders(set func(name, value string), d *Decision) {
 	r := d.Result
-	set(or(x.Limit, "X-RateLimit-Limit"), strconv.Itoa(d.capacity))
-	set(or(x.Remaining, "X-RateLimit-Remaining"), strconv.Itoa(r.Remaining))
+	set(or(x.Limit, "X-Ratelimit-Limit"), strconv.Itoa(d.capacity))
+	set(or(x.Remaining, "X-Ratelimit-Remaining"), strconv.Itoa(r.Remaining))
 	reset := (d.now.UnixNano() + int64(r.ResetAfter) + int64(time.Second) - 1) / int64(time.Second)
-	set(or(x.Reset, "X-RateLimit-Reset"), strconv.FormatInt(reset, 10))
+	set(or(x.Reset, "X-Ratelimit-Reset"), strconv.FormatInt(reset, 10))
+}
+
+// canonical is x with its names in canonical form. Field names are
+// case-insensitive, and every framework sends the canonical form, but
+// http.Header.Set converts any other form again on every call. (The
+// defaults above are canonical: "X-Ratelimit-Limit" is how net/http
+// writes "X-RateLimit-Limit".)
+func (x XRateLimit) canonical() XRateLimit {
+	return XRateLimit{canonicalName(x.Limit), canonicalName(x.Remaining), canonicalName(x.Reset)}
 }
 
 func or(name, def string) string {
@@ -45,6 +55,13 @@ func or(name, def string) string {
 		return def
 	}
 	return name
+}
+
+func canonicalName(name string) string {
+	if name == "" {
+		return ""
+	}
+	return http.CanonicalHeaderKey(name)
 }
 
 // IETF is the RateLimit-Policy and RateLimit fields of
@@ -58,31 +75,45 @@ type IETF struct{}
 
 // WriteHeaders writes RateLimit-Policy and RateLimit.
 func (IETF) WriteHeaders(set func(name, value string), d *Decision) {
-	p := d.policy
-	var pol, state strings.Builder
-	member := func(suffix string, r layerResult) {
-		name := p.quotedName[:len(p.quotedName)-1] + suffix + `"`
-		if pol.Len() > 0 {
-			pol.WriteString(", ")
-			state.WriteString(", ")
+	var polBuf, stateBuf [128]byte
+	pol, state := polBuf[:0], stateBuf[:0]
+	name := d.policy.quotedName[:len(d.policy.quotedName)-1] // without its closing quote
+	// member appends one list member: the policy's name, then "-<layer>"
+	// for layer >= 0, "-global" for layer -2, nothing for -1.
+	member := func(layer int, r layerResult) {
+		if len(pol) > 0 {
+			pol, state = append(pol, ", "...), append(state, ", "...)
 		}
-		pol.WriteString(name + ";q=" + strconv.Itoa(r.capacity) + ";w=" + strconv.FormatInt(max(1, ceilSeconds(r.period)), 10))
+		for _, b := range [2]*[]byte{&pol, &state} {
+			*b = append(*b, name...)
+			switch {
+			case layer >= 0:
+				*b = strconv.AppendInt(append(*b, '-'), int64(layer), 10)
+			case layer == -2:
+				*b = append(*b, "-global"...)
+			}
+			*b = append(*b, '"')
+		}
+		pol = strconv.AppendInt(append(pol, ";q="...), int64(r.capacity), 10)
+		pol = strconv.AppendInt(append(pol, ";w="...), max(1, ceilSeconds(r.period)), 10)
 		t := ceilSeconds(r.ResetAfter)
 		if !r.Allowed {
 			t = max(1, ceilSeconds(r.RetryAfter))
 		}
-		state.WriteString(name + ";r=" + strconv.Itoa(r.Remaining) + ";t=" + strconv.FormatInt(t, 10))
+		state = strconv.AppendInt(append(state, ";r="...), int64(r.Remaining), 10)
+		state = strconv.AppendInt(append(state, ";t="...), t, 10)
 	}
 	if len(d.extra) == 0 && !d.askedGlobal {
-		member("", d.main)
+		member(-1, d.main)
 	} else {
-		d.eachLayer(func(i int, r layerResult) { member("-"+strconv.Itoa(i), r) })
+		d.eachLayer(func(i int, r layerResult) { member(i, r) })
 		if d.askedGlobal {
-			member("-global", d.global)
+			member(-2, d.global)
 		}
 	}
-	set("RateLimit-Policy", pol.String())
-	set("RateLimit", state.String())
+	// Canonical forms of RateLimit-Policy and RateLimit (see XRateLimit).
+	set("Ratelimit-Policy", string(pol))
+	set("Ratelimit", string(state))
 }
 
 // MarshalText names the built-in styles of h; a style of your own has no

@@ -34,13 +34,21 @@ type Request interface {
 type KeyFunc func(Request) (string, error)
 
 // KeyByHeader keys requests by the value of a header (an API key, a
-// tenant). A request without it cannot be keyed by this function: use
-// KeyFirst to fall back to another (KeyFirst(KeyByHeader("X-API-Key"),
-// byIP)). Values of any length are fine: the Limiter hashes long keys.
+// tenant): its first line, as http.Header.Get reads it, since further
+// lines are the client's to vary. A request without it cannot be keyed by
+// this function: use KeyFirst to fall back to another
+// (KeyFirst(KeyByHeader("X-API-Key"), byIP)). Values of any length are
+// fine: the Limiter hashes long keys.
+//
+// The value is whatever the client sends. Verify it (authenticate the API
+// key) before the limiter runs, or a client that sends a new value with
+// every request gets a new limit with each; where it cannot be verified,
+// limit the client IP too (a second Policy keyed by KeyByIP).
 func KeyByHeader(name string) KeyFunc {
 	prefix := "h:" + http.CanonicalHeaderKey(name) + ":"
 	return func(r Request) (string, error) {
-		if v := r.Header(name); v != "" {
+		// Request.Header joins the lines with ", ".
+		if v, _, _ := strings.Cut(r.Header(name), ", "); v != "" {
 			return prefix + v, nil
 		}
 		return "", fmt.Errorf("httplimit: request has no %s header", name)
@@ -92,7 +100,8 @@ func KeyJoin(keys ...KeyFunc) KeyFunc {
 	}
 }
 
-// KeyByRoute keys requests by method and route pattern, so each route has
+// KeyByRoute keys requests by method and route pattern (a method outside
+// the standard ones counts as "OTHER"), so each route has
 // one limit shared by all clients (KeyJoin it with the client IP for one
 // per client per route). It never falls back to the URL path, which a
 // client could vary to get a fresh limit: mount the middleware where the
@@ -103,8 +112,19 @@ func KeyByRoute() KeyFunc {
 		if route == "" {
 			return "", errNoRoute
 		}
-		return "route:" + r.Method() + " " + route, nil
+		return "route:" + routeMethod(r.Method()) + " " + route, nil
 	}
+}
+
+// routeMethod is the method as a route key holds it: a route that takes
+// any method would otherwise give each made-up method a limit of its own.
+func routeMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "OTHER"
 }
 
 var (

@@ -159,7 +159,8 @@ edge_decision_duration_seconds_count{algorithm="token_bucket",policy="api",regio
 
 func TestNoKeyLabelAndLint(t *testing.T) {
 	c := prommetrics.New()
-	// Many keys, one policy: the series count must not grow with keys.
+	// A Decision does not carry its key, so no series can: the series are
+	// per policy, however many decisions (and keys) it saw.
 	for range 100 {
 		c.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed})
 	}
