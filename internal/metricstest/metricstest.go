@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
@@ -27,7 +28,10 @@ type Series struct {
 func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *testing.T) map[string]float64) {
 	t.Helper()
 	mr, rdb := redistest.Mini(t)
-	l, err := core.New(rdb, core.WithLogger(nil))
+	// A patient timeout: the first call loads the script into miniredis'
+	// Lua, which under -race on a busy machine can outlast the default
+	// 50ms. Redis closed fails at once (connection refused).
+	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
