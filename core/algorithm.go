@@ -21,29 +21,38 @@ const (
 	// SlidingWindowCounter approximates SlidingWindow in O(1) memory by
 	// weighting the previous fixed window's count by its overlap.
 	SlidingWindowCounter
-	// FixedWindow admits at most Rate per calendar-aligned window of length
-	// Period; up to 2*Rate can pass around a window boundary.
+	// FixedWindow admits at most Rate per window of length Period aligned
+	// to the Unix epoch, or per calendar day, week or month (see
+	// Limit.Calendar); up to 2*Rate can pass around a window boundary.
 	FixedWindow
 	// LeakyBucket shapes traffic: requests leave at an even pace of Rate per
 	// Period, each admitted with the Delay it must wait, while at most Burst
 	// are queued.
 	LeakyBucket
+	// Concurrency admits at most Rate requests in flight at once: a request
+	// takes a permit and gives it back with Refund when it ends. A permit
+	// whose holder never gives it back (a crashed process) lapses Period
+	// after it was taken or last renewed (see Limiter.Renew).
+	Concurrency
 )
 
 // algorithm is everything the engine knows of one Algorithm. Each has one
 // row in algorithms, so a new algorithm is a script and a row.
 type algorithm struct {
 	name string
+	// script is the algorithm's index in the library's algorithms table
+	// (scripts/prelude.lua).
+	script int
 	// suffixes end the Redis keys of one state, in the order of its
-	// script's KEYS. The "2" marks the format of this version's scripts,
+	// script's KEYS. The "3" marks the format of this version's scripts,
 	// so a key an earlier version wrote is never misread: it expires.
 	suffixes []string
 	// source is the algorithm's script (scripts/<name>.lua).
 	source string
 	// burst: Limit.Burst is the capacity (else Rate is).
 	burst bool
-	// refund: units taken can be given back (see Limiter.Refund).
-	refund bool
+	// ids: every request names a permit (Concurrency).
+	ids bool
 	// args is the Limit as the script's ARGV lists it.
 	args func(params) []any
 	// leaseLeft, for algorithms that can lease (see WithLeases), is how
@@ -52,25 +61,42 @@ type algorithm struct {
 }
 
 var algorithms = [...]algorithm{
-	TokenBucket: {name: "token_bucket", suffixes: []string{":tb2"}, source: tokenBucketLua,
-		burst: true, refund: true, args: bucketArgs},
-	SlidingWindow: {name: "sliding_window", suffixes: []string{":sw2", ":sw2m"}, source: slidingWindowLua,
+	TokenBucket: {name: "token_bucket", script: 1, suffixes: []string{":tb3"}, source: tokenBucketLua,
+		burst: true, args: bucketArgs},
+	SlidingWindow: {name: "sliding_window", script: 2, suffixes: []string{":sw3", ":sw3m"}, source: slidingWindowLua,
 		args: windowArgs},
-	SlidingWindowCounter: {name: "sliding_window_counter", suffixes: []string{":swc2"}, source: slidingWindowCounterLua,
-		refund: true, args: windowArgs,
+	SlidingWindowCounter: {name: "sliding_window_counter", script: 3, suffixes: []string{":swc3"}, source: slidingWindowCounterLua,
+		args: func(p params) []any { return []any{p.period, p.rate, p.tick} },
 		// Reset is the end of the next window once the current one counts.
 		leaseLeft: func(r Result, p params) time.Duration { return r.ResetAfter - time.Duration(p.period)*time.Microsecond }},
-	FixedWindow: {name: "fixed_window", suffixes: []string{":fw2"}, source: fixedWindowLua,
-		refund: true, args: windowArgs,
+	FixedWindow: {name: "fixed_window", script: 4, suffixes: []string{":fw3"}, source: fixedWindowLua,
+		args:      windowArgs,
 		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
-	LeakyBucket: {name: "leaky_bucket", suffixes: []string{":lb2"}, source: leakyBucketLua,
-		burst: true, refund: true, args: func(p params) []any { return append(bucketArgs(p), p.maxDelay) }},
+	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
+		burst: true, args: func(p params) []any { return []any{p.period, p.rate, p.capacity, p.maxDelay, p.tick} }},
+	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,
+		ids: true, args: windowArgs},
 }
 
-func bucketArgs(p params) []any { return []any{p.period, p.rate, p.capacity} }
+// calendarWindow is FixedWindow over calendar windows: a script of
+// fixed_window.lua's, with a state of its own. Its ARGV (the windows'
+// starts) depend on the time, so the plan builds them (see calendar.go).
+var calendarWindow = algorithm{name: "fixed_window", script: 7, suffixes: []string{":cw3"}, source: fixedWindowLua,
+	leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }}
+
+func bucketArgs(p params) []any { return []any{p.period, p.rate, p.capacity, p.tick} }
 func windowArgs(p params) []any { return []any{p.period, p.rate} }
 
 func (a Algorithm) known() bool { return int(a) < len(algorithms) }
+
+// row is the engine's row for l: its algorithm's, or the calendar
+// window's.
+func (l Limit) row() *algorithm {
+	if l.Calendar != NoCalendar {
+		return &calendarWindow
+	}
+	return &algorithms[l.Algorithm]
+}
 
 // String returns the algorithm's snake_case name ("token_bucket").
 func (a Algorithm) String() string {
@@ -89,7 +115,8 @@ func (a Algorithm) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText sets a to the algorithm named by text: token_bucket,
-// sliding_window, sliding_window_counter, fixed_window or leaky_bucket.
+// sliding_window, sliding_window_counter, fixed_window, leaky_bucket or
+// concurrency.
 func (a *Algorithm) UnmarshalText(text []byte) error {
 	for i := range algorithms {
 		if algorithms[i].name == string(text) {
@@ -97,6 +124,6 @@ func (a *Algorithm) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: unknown algorithm %q, want token_bucket, sliding_window, sliding_window_counter, fixed_window or leaky_bucket",
+	return fmt.Errorf("%w: unknown algorithm %q, want token_bucket, sliding_window, sliding_window_counter, fixed_window, leaky_bucket or concurrency",
 		ErrInvalidLimit, text)
 }

@@ -3,11 +3,12 @@ package core
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// grouping says which keys may share a script call: every key of a script
+// grouping says which keys may share a script call: every key of a call
 // must live on the node that runs it.
 type grouping uint8
 
@@ -43,49 +44,48 @@ func (g grouping) of(tag string) groupID {
 	return groupID{tag: tag}
 }
 
-// batcher puts the decisions of concurrent callers into one script call
-// (see WithBatching). Decisions under one Limit on one group of keys form a
-// batchGroup while a call of theirs is in flight; callers who come
-// meanwhile queue, and one goroutine runs the queue, max per call, until it
-// is empty. A lone caller runs its own call and never waits for company.
+// batcher puts the decisions of concurrent callers into shared calls (see
+// WithBatching). Decisions under one plan on one group of keys form a
+// batchGroup while calls of theirs are in flight. A caller that finds
+// fewer than inflight calls of its group in flight makes its own at once,
+// so a lone or lightly loaded caller never waits for company; callers
+// beyond that queue, and each call that returns takes the queue (max per
+// call) before its slot is free again. So the calls in flight per group
+// never exceed inflight, and batches grow only under load.
 type batcher struct {
-	max    int
-	mu     sync.Mutex
-	groups map[batchKey]*batchGroup
+	max, inflight int
+	mu            sync.Mutex
+	groups        map[batchKey]*batchGroup
 }
 
 type batchKey struct {
-	limit Limit
-	id    groupID
+	pl *plan
+	id groupID
 }
 
 type batchGroup struct {
 	key   batchKey
-	pr    *prepared
-	queue []*pending
+	calls int        // in flight
+	queue []*pending // in arrival order; dropped ones are skipped
 }
 
 // pending is one queued decision. Its fields after queue are guarded by
 // batcher.mu until it is answered on done.
 type pending struct {
-	keys    [2]string
+	rq      request
+	keys    [2 * maxLayers]string
 	nkeys   int
-	n, mode int
-	res     Result
+	res     [maxLayers]Result
 	err     error
 	done    chan struct{}
-	group   *batchGroup
 	taken   bool // in a call: it will be answered
-	dropped bool // its caller gave up: recycle it when answered
+	dropped bool // its caller gave up: recycle it when answered, skip it if not taken
 }
 
-var (
-	pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
-	groups   = sync.Pool{New: func() any { return new(batchGroup) }}
-)
+var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
-func newBatcher(max int) *batcher {
-	return &batcher{max: max, groups: make(map[batchKey]*batchGroup)}
+func newBatcher(max, inflight int) *batcher {
+	return &batcher{max: max, inflight: inflight, groups: make(map[batchKey]*batchGroup)}
 }
 
 func recycle(c *pending) {
@@ -94,31 +94,34 @@ func recycle(c *pending) {
 	pendings.Put(c)
 }
 
-// decide makes one decision, in a call of its own when no call of its group
-// is in flight, else in the group's next call.
-func (b *batcher) decide(ctx context.Context, l *Limiter, pr *prepared, id groupID, keys []string, n, mode int) (Result, error) {
-	bk := batchKey{limit: pr.limit, id: id}
+// decide makes one decision: in a call of its own when its group has a
+// call to spare, else in one of the group's next calls.
+func (b *batcher) decide(ctx context.Context, l *Limiter, rq *request, id groupID, keys []string, out []Result) error {
+	bk := batchKey{pl: rq.pl, id: id}
 	b.mu.Lock()
 	g := b.groups[bk]
 	if g == nil {
-		g = groups.Get().(*batchGroup)
-		g.key, g.pr = bk, pr
+		g = &batchGroup{key: bk}
 		b.groups[bk] = g
+	}
+	if g.calls < b.inflight {
+		g.calls++
 		b.mu.Unlock()
-		res, err := l.runOne(ctx, pr, keys, n, mode)
+		err := l.runOne(ctx, rq, keys, out)
 		b.release(l, g)
-		return res, err
+		return err
 	}
 	c := pendings.Get().(*pending)
+	c.rq = *rq
 	c.nkeys = copy(c.keys[:], keys)
-	c.n, c.mode, c.group = n, mode, g
 	g.queue = append(g.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		res, err := c.res, c.err
+		copy(out, c.res[:len(out)])
+		err := c.err
 		recycle(c)
-		return res, err
+		return err
 	case <-ctx.Done():
 		b.mu.Lock()
 		select {
@@ -126,32 +129,23 @@ func (b *batcher) decide(ctx context.Context, l *Limiter, pr *prepared, id group
 			// Answered as the context ended: the answer stands (it may
 			// have taken units).
 			b.mu.Unlock()
-			res, err := c.res, c.err
+			copy(out, c.res[:len(out)])
+			err := c.err
 			recycle(c)
-			return res, err
+			return err
 		default:
 		}
-		if c.taken {
-			// Redis may still decide it: a request that gave up may be
-			// counted (limits err on the strict side), never admitted.
-			c.dropped = true
-			b.mu.Unlock()
-		} else {
-			for i, q := range g.queue {
-				if q == c {
-					g.queue = append(g.queue[:i], g.queue[i+1:]...)
-					break
-				}
-			}
-			b.mu.Unlock()
-			recycle(c)
-		}
-		return Result{}, l.wrap(ctx, ctx.Err())
+		// Redis may still decide a request already taken into a call: one
+		// that gave up may be counted (limits err on the strict side),
+		// never admitted. One still queued is skipped.
+		c.dropped = true
+		b.mu.Unlock()
+		return l.wrap(ctx, ctx.Err())
 	}
 }
 
-// release ends the call of g's first caller: the callers who queued
-// meanwhile go on in calls of their own goroutine.
+// release ends a call of g: if callers queued meanwhile, the slot goes on
+// with them, on a goroutine of its own.
 func (b *batcher) release(l *Limiter, g *batchGroup) {
 	b.mu.Lock()
 	if len(g.queue) > 0 {
@@ -163,32 +157,41 @@ func (b *batcher) release(l *Limiter, g *batchGroup) {
 	b.mu.Unlock()
 }
 
-// end forgets an idle group. b.mu is held.
+// end frees a slot of g, and forgets g once it is idle. b.mu is held.
 func (b *batcher) end(g *batchGroup) {
-	delete(b.groups, g.key)
-	*g = batchGroup{queue: g.queue[:0]}
-	groups.Put(g)
+	g.calls--
+	if g.calls == 0 && len(g.queue) == 0 {
+		delete(b.groups, g.key)
+	}
 }
 
+// drain runs g's queue, max per call, until it is empty.
 func (b *batcher) drain(l *Limiter, g *batchGroup) {
 	calls := make([]*pending, 0, min(b.max, 16))
 	for {
 		b.mu.Lock()
+		calls = calls[:0]
+		for len(g.queue) > 0 && len(calls) < b.max {
+			c := g.queue[0]
+			g.queue[0] = nil
+			g.queue = g.queue[1:]
+			if c.dropped {
+				recycle(c)
+				continue
+			}
+			c.taken = true
+			calls = append(calls, c)
+		}
 		if len(g.queue) == 0 {
+			g.queue = nil // let a long queue's array go
+		}
+		if len(calls) == 0 {
 			b.end(g)
 			b.mu.Unlock()
 			return
 		}
-		k := min(len(g.queue), b.max)
-		calls = append(calls[:0], g.queue[:k]...)
-		rest := copy(g.queue, g.queue[k:])
-		clear(g.queue[rest:])
-		g.queue = g.queue[:rest]
-		for _, c := range calls {
-			c.taken = true
-		}
 		b.mu.Unlock()
-		l.runBatch(g.pr, calls)
+		l.runBatch(g.key.pl, calls)
 		b.mu.Lock()
 		for _, c := range calls {
 			if c.dropped {
@@ -204,7 +207,7 @@ func (b *batcher) drain(l *Limiter, g *batchGroup) {
 // runBatch decides calls in one script call, bounded by the Limiter's
 // timeout (each caller also keeps its own deadline, and tells the breaker
 // its outcome). Requests on one key go together, in the order they came.
-func (l *Limiter) runBatch(pr *prepared, calls []*pending) {
+func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	ctx, cancel := context.Background(), nop
 	if l.timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, l.timeout)
@@ -219,25 +222,27 @@ func (l *Limiter) runBatch(pr *prepared, calls []*pending) {
 		}
 		byState[k] = append(byState[k], c)
 	}
-	keys := make([]string, 0, len(order)*2)
-	args := append(make([]any, 0, len(pr.args)+len(order)+2*len(calls)), pr.args...)
+	head := pl.argv(time.Now())
+	keys := make([]string, 0, len(order)*pl.nkeys)
+	args := append(make([]any, 0, len(head)+len(order)+3*len(calls)), head...)
 	sorted := make([]*pending, 0, len(calls))
 	for _, k := range order {
 		reqs := byState[k]
 		keys = append(keys, reqs[0].keys[:reqs[0].nkeys]...)
 		args = append(args, len(reqs))
 		for _, c := range reqs {
-			args = append(args, c.n, c.mode)
+			args = c.rq.appendTail(append(args, c.rq.n*8+c.rq.mode))
 			sorted = append(sorted, c)
 		}
 	}
-	v, err := l.eval(ctx, batchScripts[pr.limit.Algorithm], keys, args)
-	results := make([]Result, len(sorted))
+	v, err := l.call(ctx, pl, keys, args)
+	nl := len(pl.layers)
+	results := make([]Result, nl*len(sorted))
 	if err == nil {
-		vals, _ := v.([]any)
-		err = parseResults(vals, results)
+		err = parseResults(v, results)
 	}
 	for i, c := range sorted {
-		c.res, c.err = results[i], err
+		copy(c.res[:nl], results[i*nl:])
+		c.err = err
 	}
 }

@@ -4,25 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// eval runs a script. The caller has bounded ctx (see bound).
-func (l *Limiter) eval(ctx context.Context, s *redis.Script, keys []string, args []any) (any, error) {
+// call runs the plan's decision in Redis: an FCALL of the library when it
+// is loaded, else the plan's script (EVALSHA, EVAL once after a SCRIPT
+// FLUSH). A server that lost the library (a restart, FUNCTION FLUSH) is
+// answered by the script at once, while the library is loaded again in
+// the background. The caller has bounded ctx (see bound).
+func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any) (any, error) {
+	run := func(ctx context.Context) (any, error) {
+		if l.funcs.on.Load() {
+			v, err := l.rdb.FCall(ctx, libraryName, keys, args...).Result()
+			if err == nil || !isNoFunction(err) {
+				return v, err
+			}
+			l.funcs.lost(l)
+		}
+		return pl.script.Run(ctx, l.rdb, keys, args...).Result()
+	}
 	if !l.detach {
-		v, err := s.Run(ctx, l.rdb, keys, args...).Result()
+		v, err := run(ctx)
 		return v, l.wrap(ctx, err)
 	}
 	// The call may outlive the caller, whose KEYS buffer is recycled.
 	keys = append([]string(nil), keys...)
-	return l.detached(ctx, func(ctx context.Context) (any, error) {
-		return s.Run(ctx, l.rdb, keys, args...).Result()
-	})
+	return l.detached(ctx, run)
 }
 
-// do runs a rare command (DEL, a layered script) within the timeout.
+func isNoFunction(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "ERR Function not found")
+}
+
+// do runs a rare command (DEL, a Ping) within the timeout.
 func (l *Limiter) do(ctx context.Context, f func(context.Context) (any, error)) (any, error) {
 	ctx, cancel := l.bound(ctx)
 	defer cancel()
@@ -80,10 +98,12 @@ func (l *Limiter) wrap(ctx context.Context, err error) error {
 }
 
 // redisFault reports whether err means Redis failed (rather than the call
-// being wrong, or the caller giving up).
+// being wrong, or the caller giving up). It is the one place that
+// classifies errors: the breaker, the fallback and the HTTP layer ask it.
 func redisFault(ctx context.Context, err error) bool {
 	switch {
-	case errors.Is(err, ErrInvalidCost), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrEmptyKey):
+	case err == nil, errors.Is(err, ErrInvalidCost), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrEmptyKey),
+		errors.Is(err, ErrClosed):
 		return false
 	case ctx.Err() != nil:
 		// The caller's context ended, not our timeout.

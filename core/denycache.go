@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -10,54 +11,81 @@ import (
 type denyCache struct {
 	max int
 	mu  sync.Mutex
-	m   map[string]denial
+	m   map[string]*denial
 }
 
 func newDenyCache(maxKeys int) *denyCache {
-	return &denyCache{max: maxKeys, m: make(map[string]denial)}
+	return &denyCache{max: maxKeys, m: make(map[string]*denial)}
 }
 
 type denial struct {
-	limit Limit
-	n     int
-	until time.Time // deny locally before this: sent + RetryAfter
-	ready time.Time // report waits until this: received + RetryAfter
-	res   Result
+	limits   []Limit
+	n        int
+	until    time.Time // deny locally before this: sent + the longest RetryAfter
+	received time.Time // report waits from this, so that they are never early
+	res      []Result
 }
 
-// get returns a cached denial of key for a request that needs n units
-// under limit.
-func (c *denyCache) get(key string, limit Limit, n int, now time.Time) (Result, bool) {
+// get answers, into out, a request for key that needs n units under pl
+// with a denial cached for the same Limits: for the same n, or for a
+// smaller one (a larger cost cannot fit where a smaller did not; under a
+// single Limit it waits at least as long, see wait). It reports whether it
+// answered.
+func (c *denyCache) get(key string, pl *plan, n int, now time.Time, out []Result) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	d, ok := c.m[key]
-	if ok && d.limit != limit {
-		// This call goes to Redis under another Limit, which may refill the
-		// key's one state (a key keeps one state whatever its Limit): the
-		// denial may no longer hold when the old Limit comes back.
+	if ok && !slices.Equal(d.limits, pl.limits) {
+		// This call goes to Redis under other Limits, which may refill the
+		// key's state (a key keeps one state whatever its Limit): the
+		// denial may no longer hold when the old Limits come back.
 		delete(c.m, key)
-		ok = false
+		return false
 	}
-	c.mu.Unlock()
-	// Only the same cost: a larger one waits longer, and the wait
-	// remembered would make its Retry-After early.
-	if !ok || n != d.n || !now.Before(d.until) {
-		return Result{}, false
+	if !ok || !now.Before(d.until) || n < d.n || n > d.n && len(d.res) > 1 {
+		return false
 	}
 	// Redis measured its waits somewhere between sending and receiving:
-	// deny only while that is surely not over (until), but report the wait
-	// as ending no earlier than it might (ready), so Retry-After is never
-	// early.
-	r := d.res
-	r.Cached = true
-	elapsed := d.ready.Sub(now) - d.res.RetryAfter // <= 0
-	r.RetryAfter = d.ready.Sub(now)
-	r.ResetAfter = max(r.RetryAfter, d.res.ResetAfter+elapsed)
-	return r, true
+	// deny only while that is surely not over (until), but report each
+	// wait as ending no earlier than it might (from received), so
+	// Retry-After is never early.
+	gone := now.Sub(d.received)
+	for i, r := range d.res {
+		if !r.Allowed {
+			r.RetryAfter = max(time.Microsecond, r.RetryAfter-gone)
+			if n > d.n {
+				r.RetryAfter = wait(pl.layers[0], r, n-d.n)
+			}
+			r.Cached = true
+		}
+		r.ResetAfter = max(r.RetryAfter, r.ResetAfter-gone)
+		out[i] = r
+	}
+	return true
 }
 
-// put remembers a denial that Redis decided for a request sent at sent
-// whose reply arrived at received.
-func (c *denyCache) put(key string, limit Limit, n int, sent, received time.Time, r Result) {
+// wait is the wait for extra more units than a denial r was for: a token
+// bucket's grows by the time extra tokens take to refill (rounded up to
+// whole ticks); any other limit's is no longer than until the quota is
+// whole.
+func wait(ly layer, r Result, extra int) time.Duration {
+	if ly.limit.Algorithm == TokenBucket {
+		ticks := ceilDiv(int64(extra)*ly.p.period, ly.p.rate)
+		return r.RetryAfter + time.Duration(ticks*ly.p.tick)*time.Microsecond
+	}
+	return max(r.RetryAfter, r.ResetAfter)
+}
+
+// put remembers a denial that Redis decided for a request of n units sent
+// at sent whose reply arrived at received.
+func (c *denyCache) put(key string, pl *plan, n int, sent, received time.Time, res []Result) {
+	// The request passes only once every layer that denies it admits.
+	var retry time.Duration
+	for _, r := range res {
+		if !r.Allowed {
+			retry = max(retry, r.RetryAfter)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
@@ -74,7 +102,7 @@ func (c *denyCache) put(key string, limit Limit, n int, sent, received time.Time
 		}
 		delete(c.m, victim)
 	}
-	c.m[key] = denial{limit: limit, n: n, until: sent.Add(r.RetryAfter), ready: received.Add(r.RetryAfter), res: r}
+	c.m[key] = &denial{limits: pl.limits, n: n, until: sent.Add(retry), received: received, res: slices.Clone(res)}
 }
 
 func (c *denyCache) forget(key string) {

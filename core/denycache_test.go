@@ -24,6 +24,7 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v; want admitted", i+1, r, err)
 		}
 	}
+	deniedAt := time.Now()
 	denied, err := l.Allow(ctx, "abuser", limit)
 	if err != nil || denied.Allowed || denied.Cached {
 		t.Fatalf("third request: %+v, %v; want denied by Redis", denied, err)
@@ -50,10 +51,22 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 	if got := count.cmds.Load() - before; got != 0 {
 		t.Errorf("cached denials sent %d Redis commands, want 0", got)
 	}
-	// A larger cost waits longer than the denial remembered: Redis answers
-	// it, so its Retry-After is never early.
-	if r, err := l.AllowN(ctx, "abuser", limit, 2); err != nil || r.Allowed || r.Cached || r.RetryAfter <= denied.RetryAfter {
-		t.Errorf("AllowN(2) after a cached denial of 1: %+v, %v; want Redis' longer wait than %v", r, err, denied.RetryAfter)
+	// A larger cost cannot fit where a smaller did not: the cache answers
+	// it too, with its own longer wait, never earlier than Redis' (the
+	// same Limiter without the cache asks Redis).
+	r, err := l.AllowN(ctx, "abuser", limit, 2)
+	if err != nil || r.Allowed || !r.Cached {
+		t.Fatalf("AllowN(2) after a cached denial of 1: %+v, %v; want denied from the cache", r, err)
+	}
+	plain := opsNew(t, rdb, WithPrefix(l.prefix), opsPatient)
+	exact, err := plain.AllowN(ctx, "abuser", limit, 2)
+	if err != nil || exact.Allowed {
+		t.Fatalf("AllowN(2) asking Redis: %+v, %v", exact, err)
+	}
+	// (miniredis' clock stands still, the cache's does not: what passed
+	// since the denial is not early.)
+	if gone := time.Since(deniedAt); r.RetryAfter+gone < exact.RetryAfter || r.RetryAfter > exact.RetryAfter+time.Second {
+		t.Errorf("cached AllowN(2) waits %v, Redis says %v: want no earlier, and close", r.RetryAfter, exact.RetryAfter)
 	}
 	// Peek is never answered from the cache.
 	if r, err := l.Peek(ctx, "abuser", limit); err != nil || r.Cached {

@@ -88,7 +88,7 @@ func ExampleLimiter_AllowAtMost() {
 	}
 	fmt.Println("granted:", res.Granted)
 	sent := 80 // the rest failed before it was sent
-	if err := limiter.Refund(ctx, "export-job", limit, res.Granted-sent); err != nil {
+	if _, err := limiter.Settle(ctx, "export-job", limit, res, sent); err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}

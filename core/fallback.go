@@ -23,19 +23,36 @@ import (
 // with a bound on its size, nothing is ever forgotten, so rotating keys
 // cannot flush the state of others and start afresh.
 //
+// An outage starts every key at its share of the capacity, whatever it
+// held before, and a share below one unit (more instances than capacity)
+// is not rounded up: it accrues at the share of the rate until a whole
+// unit is there. So across the instances, each key is admitted at most its
+// Capacity plus Rate per Period for the time since the outage began.
+//
 // The seed is random per process, so a client cannot choose keys that
 // collide.
 type sketch struct {
 	instances int
 	width     uint64
 	seed      maphash.Seed
-	start     time.Time // cells hold TATs in ns since start (monotonic)
+	start     time.Time // cells hold TATs in µs since start (monotonic)
 
 	mu    sync.Mutex
 	cells []int64 // sketchDepth rows of width cells
+	since int64   // the outage began, µs since start
+	last  int64   // the last fallback decision, µs since start
 }
 
-const sketchDepth = 4
+const (
+	sketchDepth = 4
+	// outageGap is the quiet time after which a fallback decision starts a
+	// new outage: every key starts at its share again, which never gives
+	// more than carrying on would.
+	outageGap = time.Second
+	// saturate caps the sketch's times (µs), far beyond any wait, so no
+	// sum overflows.
+	saturate = int64(1) << 60
+)
 
 func newSketch(instances, maxKeys int) *sketch {
 	// With width 4 × maxKeys, a key shares a cell in a given row with
@@ -43,21 +60,27 @@ func newSketch(instances, maxKeys int) *sketch {
 	// in all four rows with probability 0.002.
 	width := uint64(4 * maxKeys)
 	return &sketch{instances: instances, width: width, seed: maphash.MakeSeed(),
-		start: time.Now(), cells: make([]int64, sketchDepth*width)}
+		start: time.Now(), cells: make([]int64, sketchDepth*width), last: -saturate}
 }
 
-// share is key's bucket in this instance: at least one unit, so that a
-// Limit with fewer units than instances still admits.
+// share is key's bucket in this instance.
 type share struct {
-	units    float64
-	interval int64 // ns for one unit to refill, rounded up
-	tau      int64 // ns for the bucket to refill from empty: units × interval
+	units    float64 // what the bucket holds when full: the share, or one unit if the share is less
+	interval int64   // µs for one unit to accrue: Period × instances / Rate, rounded up
+	tau      int64   // µs for the bucket to refill from empty: units × interval
+	initial  int64   // µs of the bucket an outage starts with empty: (units - share) × interval
 }
 
 func (s *sketch) shareOf(limit Limit) share {
-	units := max(1, float64(limit.Capacity())/float64(s.instances))
-	interval := int64(math.Ceil(float64(limit.Period) * float64(s.instances) / float64(limit.Rate)))
-	return share{units: units, interval: interval, tau: int64(units * float64(interval))}
+	part := float64(limit.Capacity()) / float64(s.instances)
+	period := float64(limit.Period)
+	if limit.Calendar != NoCalendar {
+		period = float64(31 * 24 * time.Hour) // the longest calendar window
+	}
+	interval := min(math.Ceil(period/float64(time.Microsecond)*float64(s.instances)/float64(limit.Rate)), float64(saturate))
+	units := max(part, 1)
+	return share{units: units, interval: int64(interval), tau: int64(min(units*interval, float64(saturate))),
+		initial: int64(min((units-part)*interval, float64(saturate)))}
 }
 
 func (s *sketch) index(key string) (idx [sketchDepth]uint64) {
@@ -69,13 +92,14 @@ func (s *sketch) index(key string) (idx [sketchDepth]uint64) {
 	return idx
 }
 
-// tat is key's estimated TAT. s.mu is held.
-func (s *sketch) tat(idx [sketchDepth]uint64) int64 {
+// tat is key's estimated TAT, no earlier than the outage lets it be. s.mu
+// is held.
+func (s *sketch) tat(idx [sketchDepth]uint64, sh share) int64 {
 	t := int64(math.MaxInt64)
 	for _, i := range idx {
 		t = min(t, s.cells[i])
 	}
-	return t
+	return max(t, s.since+sh.initial)
 }
 
 // raise records a new TAT for key. s.mu is held.
@@ -91,10 +115,14 @@ func errOverShare(n int, sh share) error {
 		ErrInvalidCost, n, sh.units)
 }
 
-// decideAt decides n units of key at now (ns), without recording, and
+func micros(us int64) time.Duration {
+	return time.Duration(min(us, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
+}
+
+// decideAt decides n units of key at now (µs), without recording, and
 // returns the Result and the key's TAT if it is admitted.
 func (s *sketch) decideAt(idx [sketchDepth]uint64, sh share, n int, atMost bool, now int64) (Result, int64) {
-	tat := max(s.tat(idx), now)
+	tat := max(s.tat(idx, sh), now)
 	fits := int((now + sh.tau - tat) / sh.interval) // units that fit now
 	r := Result{Fallback: true}
 	k := n
@@ -103,70 +131,72 @@ func (s *sketch) decideAt(idx [sketchDepth]uint64, sh share, n int, atMost bool,
 	}
 	if k >= 1 && k <= fits {
 		r.Allowed, r.Granted = true, k
-		tat += int64(k) * sh.interval
+		tat = min(tat+int64(k)*sh.interval, saturate)
 		fits -= k
 	} else {
 		need := int64(n)
 		if atMost {
 			need = 1
 		}
-		r.RetryAfter = time.Duration(tat + need*sh.interval - sh.tau - now)
+		r.RetryAfter = micros(max(1, min(tat+need*sh.interval, saturate)-sh.tau-now))
 	}
 	r.Remaining = max(0, fits)
-	r.ResetAfter = time.Duration(tat - now)
+	r.ResetAfter = micros(tat - now)
 	return r, tat
 }
 
-func (s *sketch) allow(key string, limit Limit, n int, atMost bool, now time.Time) (Result, error) {
-	sh := s.shareOf(limit)
-	if float64(n) > sh.units && !atMost {
-		return Result{}, errOverShare(n, sh)
+// begin notes a fallback decision at now (µs), which starts an outage
+// after a quiet spell. s.mu is held.
+func (s *sketch) begin(now int64) {
+	if now-s.last >= outageGap.Microseconds() {
+		s.since = now
 	}
-	idx := s.index(key)
-	t := int64(now.Sub(s.start))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, tat := s.decideAt(idx, sh, n, atMost, t)
-	if r.Allowed {
-		s.raise(idx, tat)
-	}
-	return r, nil
+	s.last = now
 }
 
-// allowLayers decides n units of every layer, and takes them from all only
-// if all admit, as AllowLayers does in Redis.
-func (s *sketch) allowLayers(keys []string, limits []Limit, n int, now time.Time) ([]Result, error) {
-	shares := make([]share, len(limits))
-	for i, l := range limits {
-		shares[i] = s.shareOf(l)
-		if float64(n) > shares[i].units {
-			return nil, fmt.Errorf("layer %d: %w", i, errOverShare(n, shares[i]))
+// decide answers rq while Redis cannot, from this instance's shares;
+// keys are the state keys of rq's layers.
+func (s *sketch) decide(keys []string, rq *request, now time.Time, out []Result) error {
+	pl := rq.pl
+	shares := make([]share, len(pl.layers))
+	idx := make([][sketchDepth]uint64, len(pl.layers))
+	for i, ly := range pl.layers {
+		shares[i] = s.shareOf(ly.limit)
+		if float64(rq.n) > shares[i].units && rq.mode != modeAtMost {
+			if len(pl.layers) > 1 {
+				return fmt.Errorf("layer %d: %w", i, errOverShare(rq.n, shares[i]))
+			}
+			return errOverShare(rq.n, shares[i])
 		}
 	}
-	t := int64(now.Sub(s.start))
-	out := make([]Result, len(limits))
-	tats := make([]int64, len(limits))
-	idx := make([][sketchDepth]uint64, len(limits))
+	k := 0
+	for i, ly := range pl.layers {
+		idx[i] = s.index(keys[k])
+		k += len(ly.row.suffixes)
+	}
+	t := now.Sub(s.start).Microseconds()
+	tats := make([]int64, len(pl.layers))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.begin(t)
 	all := true
-	for i := range limits {
-		idx[i] = s.index(keys[i])
-		out[i], tats[i] = s.decideAt(idx[i], shares[i], n, false, t)
+	for i := range pl.layers {
+		out[i], tats[i] = s.decideAt(idx[i], shares[i], rq.n, rq.mode == modeAtMost, t)
 		all = all && out[i].Allowed
 	}
 	if !all {
 		for i := range out {
 			if out[i].Allowed {
 				// Nothing is taken: report what is left before it.
-				out[i] = Result{Fallback: true, Allowed: true, Remaining: out[i].Remaining + n,
-					ResetAfter: out[i].ResetAfter - time.Duration(int64(n)*shares[i].interval)}
+				out[i] = Result{Fallback: true, Allowed: true, Remaining: out[i].Remaining + rq.n,
+					ResetAfter: max(0, out[i].ResetAfter-micros(int64(rq.n)*shares[i].interval))}
 			}
+			out[i].Granted = 0
 		}
-		return out, nil
+		return nil
 	}
-	for i := range limits {
+	for i := range pl.layers {
 		s.raise(idx[i], tats[i])
 	}
-	return out, nil
+	return nil
 }

@@ -78,7 +78,7 @@ func TestFallbackShare(t *testing.T) {
 	now := s.start.Add(time.Second)
 	admitted := 0
 	for range 100 {
-		r, err := s.allow("k", limit, 1, false, now)
+		r, err := s.allowOne("k", limit, 1, false, now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,14 +89,14 @@ func TestFallbackShare(t *testing.T) {
 	if admitted != 25 {
 		t.Errorf("%d admitted at once, want the share 25", admitted)
 	}
-	r, _ := s.allow("k", limit, 1, false, now)
+	r, _ := s.allowOne("k", limit, 1, false, now)
 	if r.Allowed || r.RetryAfter != 40*time.Millisecond {
 		t.Errorf("26th: %+v, want denied for 40ms (25 per second)", r)
 	}
-	if r, _ := s.allow("k", limit, 1, false, now.Add(40*time.Millisecond)); !r.Allowed {
+	if r, _ := s.allowOne("k", limit, 1, false, now.Add(40*time.Millisecond)); !r.Allowed {
 		t.Errorf("after RetryAfter: %+v, want admitted", r)
 	}
-	if r, _ := s.allow("k", limit, 30, true, now.Add(2*time.Second)); !r.Allowed || r.Granted != 25 {
+	if r, _ := s.allowOne("k", limit, 30, true, now.Add(2*time.Second)); !r.Allowed || r.Granted != 25 {
 		t.Errorf("AllowAtMost(30) when whole: %+v, want 25 granted", r)
 	}
 }
@@ -117,7 +117,7 @@ func TestFallbackCostAboveShare(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	if err := l.WaitN(wctx, "k", limit, 26); !errors.Is(err, ErrInvalidCost) || time.Since(start) > time.Second {
+	if _, err := l.WaitN(wctx, "k", limit, 26); !errors.Is(err, ErrInvalidCost) || time.Since(start) > time.Second {
 		t.Errorf("WaitN(26) = %v after %v; want ErrInvalidCost at once", err, time.Since(start))
 	}
 	if _, err := l.AllowLayers(ctx, "k", []Limit{PerSecond(1000), limit}, 26); !errors.Is(err, ErrInvalidCost) {
@@ -150,4 +150,19 @@ func TestFallbackLayersAllOrNothing(t *testing.T) {
 	if r, err := l.AllowN(ctx, "k", layers[0], 7); err != nil || !r.Allowed {
 		t.Errorf("AllowN(7) on layer 0 = %+v, %v; want admitted", r, err)
 	}
+}
+
+// allowOne decides one request of key under limit in the sketch alone.
+func (s *sketch) allowOne(key string, limit Limit, n int, atMost bool, now time.Time) (Result, error) {
+	pl, err := newPlan([]Limit{limit}, layer0)
+	if err != nil {
+		return Result{}, err
+	}
+	mode := modeConsume
+	if atMost {
+		mode = modeAtMost
+	}
+	var out [1]Result
+	err = s.decide([]string{key}, &request{key: key, pl: pl, n: n, mode: mode}, now, out[:])
+	return out[0], err
 }

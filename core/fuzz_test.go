@@ -93,7 +93,7 @@ func unescapeTag(tag string) (string, bool) {
 func checkRedisKey(t *testing.T, prefix, key string, a Algorithm) string {
 	t.Helper()
 	tag := escapeTag(key)
-	rks := stateKeys(nil, prefix, tag, a, 0)
+	rks := stateKeys(nil, prefix, tag, &algorithms[a], 0)
 	for i, rk := range rks {
 		if want := len(prefix) + 2 + len(tag) + 1 + len(algorithms[a].suffixes[i]); len(rk) != want {
 			t.Fatalf("state key %d of (%q, %q, %v) = %q, %d bytes, want %d", i, prefix, key, a, rk, len(rk), want)

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -143,23 +141,8 @@ type healthState struct {
 // enough to see evictions as they happen, without a call per decision.
 const healthEvery = time.Minute
 
-// watch checks Redis now and whenever the client makes a connection. The
-// hook holds the Limiter weakly: a client outlives the Limiters made on it.
-func (h *healthState) watch(l *Limiter) {
-	wl := weak.Make(l)
-	hook := dialHook{func() {
-		if l := wl.Value(); l != nil {
-			l.health.trigger(l)
-		}
-	}}
-	switch c := l.rdb.(type) {
-	case *redis.ClusterClient:
-		c.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
-	case *redis.Ring:
-		c.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
-	case *redis.Client:
-		c.AddHook(hook)
-	}
+// start schedules the periodic check and runs the first now.
+func (h *healthState) start(l *Limiter) {
 	h.next.Store(time.Now().Add(healthEvery).UnixNano())
 	h.trigger(l)
 }
@@ -237,23 +220,4 @@ func (h *healthState) update(now Health) Health {
 	}
 	h.last = now
 	return now
-}
-
-// dialHook calls dialed after every connection the client makes.
-type dialHook struct{ dialed func() }
-
-func (d dialHook) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := next(ctx, network, addr)
-		if err == nil {
-			d.dialed()
-		}
-		return c, err
-	}
-}
-
-func (d dialHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (d dialHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }

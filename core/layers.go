@@ -3,101 +3,110 @@ package core
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
-// maxLayers bounds the Limits of one AllowLayers call, so that Reset can
-// name every key a caller may have.
-const maxLayers = 8
-
 // AllowLayers decides a request of cost n against several Limits of one
-// key at once, such as 10 per second and 1000 per hour: it is admitted only
-// if every layer admits, and then takes n from each; when any layer denies,
-// none is taken. All layers are decided in one script, in one round trip,
-// atomically: their keys share the caller's hash tag, so this works on
-// Redis Cluster too. Results are in the order of limits (at most 8); each
-// says whether its layer admits, and Granted is n in all of them only when
-// the request was admitted.
+// key at once, such as 10 per second and 1000 per hour, or a rate and a
+// Concurrency: it is admitted only if every layer admits, and then takes n
+// from each; when any layer denies, none is taken. All layers are decided
+// in one script, in one round trip, atomically, on the same path as
+// AllowN (batching, the deny cache, the breaker, the local fallback):
+// their keys share the caller's hash tag, so this works on Redis Cluster
+// too. Results are in the order of limits (at most 8); each says whether
+// its layer admits, and Granted is n in all of them only when the request
+// was admitted.
 //
 // Layer i > 0 keeps its state apart from a plain Allow of the same key, so
 // changing the number of layers does not mix their counters; layer 0 is
 // the same state as Allow(ctx, key, limits[0]).
 func (l *Limiter) AllowLayers(ctx context.Context, key string, limits []Limit, n int) ([]Result, error) {
-	return l.layers(ctx, key, limits, n, modeConsume)
+	return l.layered(ctx, key, limits, nil, n, modeConsume, func(Limit) bool { return true })
 }
 
-// RefundLayers gives back n units taken by AllowLayers from every layer, as
-// Refund does for one Limit.
-func (l *Limiter) RefundLayers(ctx context.Context, key string, limits []Limit, n int) error {
-	_, err := l.layers(ctx, key, limits, n, modeRefund)
+// RefundLayers gives back what taken (the Results of an AllowLayers that
+// admitted a request) took, as Refund does for one Limit, from every layer
+// whose Result has Granted > 0: zero a layer's Result to leave that layer
+// alone.
+func (l *Limiter) RefundLayers(ctx context.Context, key string, limits []Limit, taken []Result) error {
+	_, err := l.layered(ctx, key, limits, taken, granted(taken), modeRefund, func(Limit) bool { return true })
 	return err
 }
 
-func (l *Limiter) layers(ctx context.Context, key string, limits []Limit, n, mode int) ([]Result, error) {
-	if key == "" {
-		return nil, ErrEmptyKey
+// SettleLayers corrects what taken took to used, as Settle does for one
+// Limit, in every layer whose Result has Granted > 0, but Concurrency's.
+func (l *Limiter) SettleLayers(ctx context.Context, key string, limits []Limit, taken []Result, used int) ([]Result, error) {
+	n, mode := granted(taken)-used, modeRefund
+	if n < 0 {
+		n, mode = -n, modeCharge
 	}
+	rates := func(lim Limit) bool { return lim.Algorithm != Concurrency }
+	if n == 0 {
+		return append([]Result(nil), taken...), nil
+	}
+	out, err := l.layered(ctx, key, limits, taken, n, mode, rates)
+	for i := range out {
+		out[i].Allowed, out[i].Granted, out[i].RetryAfter = taken[i].Allowed, taken[i].Granted, 0
+	}
+	return out, err
+}
+
+// RenewLayers keeps the Concurrency permits that taken holds, as Renew
+// does for one Limit; the other layers are left alone.
+func (l *Limiter) RenewLayers(ctx context.Context, key string, limits []Limit, taken []Result) ([]Result, error) {
+	return l.layered(ctx, key, limits, taken, 1, modeRenew, func(lim Limit) bool { return lim.Algorithm == Concurrency })
+}
+
+// granted is the n the layers of taken took.
+func granted(taken []Result) int {
+	for _, r := range taken {
+		if r.Granted > 0 {
+			return r.Granted
+		}
+	}
+	return 0
+}
+
+// layered decides a request on the layers of limits that want reports true
+// for and, when taken is given, took units (Granted > 0); the Results of
+// the others are left zero.
+func (l *Limiter) layered(ctx context.Context, key string, limits []Limit, taken []Result, n, mode int, want func(Limit) bool) ([]Result, error) {
 	if len(limits) == 0 || len(limits) > maxLayers {
 		return nil, fmt.Errorf("%w: AllowLayers takes 1 to %d Limits, got %d", ErrInvalidLimit, maxLayers, len(limits))
 	}
-	tag := escapeTag(key)
-	keys := make([]string, 0, 2*len(limits))
-	first := make([]string, len(limits)) // each layer's first key
-	args := make([]any, 2, 2+5*len(limits))
-	args[0], args[1] = mode, n
-	for i, limit := range limits {
-		pr, err := l.prepare(limit)
-		if err != nil {
-			return nil, fmt.Errorf("layer %d: %w", i, err)
-		}
-		if n <= 0 || int64(n) > pr.p.capacity {
-			return nil, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the capacity of layer %d)", ErrInvalidCost, n, pr.p.capacity, i)
-		}
-		if mode == modeRefund && !algorithms[limit.Algorithm].refund {
-			return nil, fmt.Errorf("%w: layer %d: %s cannot give units back", ErrInvalidCost, i, limit.Algorithm)
-		}
-		first[i] = stateKeys(nil, l.prefix, tag, limit.Algorithm, i)[0]
-		keys = stateKeys(keys, l.prefix, tag, limit.Algorithm, i)
-		args = append(append(args, int(limit.Algorithm)+1), pr.args...)
+	if taken != nil && len(taken) != len(limits) {
+		return nil, fmt.Errorf("%w: %d Results for %d layers", ErrInvalidCost, len(taken), len(limits))
 	}
-	var out []Result
-	var err error
-	if l.breaker.allow(time.Now()) {
-		var v any
-		v, err = l.do(ctx, func(ctx context.Context) (any, error) {
-			return layersScript.Run(ctx, l.rdb, keys, args...).Result()
-		})
-		if err == nil {
-			out, err = parseLayers(v, len(limits))
+	var mask uint8
+	rq := request{key: key, n: n, mode: mode}
+	for i, lim := range limits {
+		if !want(lim) || taken != nil && taken[i].Granted <= 0 {
+			continue
 		}
-		l.breaker.record(ctx, err, time.Now())
-	} else {
-		err = ErrUnavailable
+		mask |= 1 << i
+		if taken == nil {
+			continue
+		}
+		if lim.Algorithm == Concurrency {
+			rq.id = taken[i].stamp
+		} else {
+			rq.taken = taken[i].stamp
+		}
 	}
+	out := make([]Result, len(limits))
+	if mask == 0 {
+		return out, nil // nothing to give back, settle or keep
+	}
+	pl, err := l.plans.ofLayers(limits, mask)
 	if err != nil {
-		if l.fallback != nil && mode == modeConsume && redisFault(ctx, err) {
-			return l.fallback.allowLayers(first, limits, n, time.Now())
-		}
 		return nil, err
 	}
-	return out, nil
-}
-
-func parseLayers(v any, layers int) ([]Result, error) {
-	vals, ok := v.([]any)
-	if !ok || len(vals) != 1+5*layers {
-		return nil, fmt.Errorf("%w: want %d integers, got %T %v", errBadReply, 1+5*layers, v, v)
-	}
-	granted, ok := vals[0].(int64)
-	if !ok {
-		return nil, fmt.Errorf("%w: element 0 is %T, want int64", errBadReply, vals[0])
-	}
-	out := make([]Result, layers)
-	if err := parseResults(vals[1:], out); err != nil {
+	rq.pl = pl
+	sub := make([]Result, len(pl.layers))
+	if err := l.decide(ctx, &rq, sub); err != nil {
 		return nil, err
 	}
-	for i := range out {
-		out[i].Granted = int(granted)
+	for i, ly := range pl.layers {
+		out[ly.index] = sub[i]
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,11 +70,11 @@ func (c *opsCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// sawReply counts the admitted requests of a batch script's reply: five
-// integers per request, the first the units granted. A request's mode is
-// the last of its ARGV pair (n, mode), in the order of the reply.
+// sawReply counts the requests a call's reply admitted (every layer
+// granted), peeks, refunds and charges aside. It reads the modes from the
+// call's ARGV, as the driver does (scripts/driver.lua).
 func (c *opsCounter) sawReply(cmd redis.Cmder) {
-	if name := cmd.Name(); name != "evalsha" && name != "eval" {
+	if name := cmd.Name(); name != "evalsha" && name != "eval" && name != "fcall" {
 		return
 	}
 	rc, ok := cmd.(*redis.Cmd)
@@ -81,17 +82,51 @@ func (c *opsCounter) sawReply(cmd redis.Cmder) {
 		return
 	}
 	vals, ok := rc.Val().([]any)
-	if !ok || len(vals)%5 != 0 {
-		return // not a batch script (a layered one replies 1 + 5 per layer)
+	if !ok {
+		return
 	}
 	args := cmd.Args()
-	modes := args[len(args)-2*(len(vals)/5)-1:]
-	for i := 0; i < len(vals); i += 5 {
-		if g, _ := vals[i].(int64); g > 0 && fmt.Sprint(modes[1+2*(i/5)+1]) != fmt.Sprint(modePeek) {
+	num := func(v any) int { n, _ := strconv.Atoi(fmt.Sprint(v)); return n }
+	argv := args[3+num(args[2]):]
+	nl, a, ids := num(argv[0]), 1, false
+	for range nl {
+		alg := num(argv[a])
+		ids = ids || alg == algorithms[Concurrency].script
+		a += 1 + scriptParams[alg]
+	}
+	var modes []int
+	for a < len(argv) {
+		calls := num(argv[a])
+		a++
+		for range calls {
+			mode := num(argv[a]) % 8
+			a++
+			if mode == modeRefund || mode == modeRenew {
+				a++
+			}
+			if ids {
+				a++
+			}
+			modes = append(modes, mode)
+		}
+	}
+	for i, mode := range modes {
+		if mode != modeConsume && mode != modeAtMost || 1+(i+1)*5*nl > len(vals) {
+			continue
+		}
+		all := true
+		for j := range nl {
+			g, _ := vals[1+(i*nl+j)*5].(int64)
+			all = all && g > 0
+		}
+		if all {
 			c.admitted.Add(1)
 		}
 	}
 }
+
+// scriptParams is how many ARGV each script algorithm's Limit takes.
+var scriptParams = map[int]int{1: 4, 2: 2, 3: 3, 4: 2, 5: 5, 6: 2, 7: 5}
 
 // opsWallClock is a redis.Hook that moves a miniredis' clock to follow the
 // wall clock before every command, for the tests of code that sleeps on the
@@ -154,20 +189,12 @@ func opsPeekLayer(t *testing.T, l *Limiter, key string, limits []Limit, i int) R
 		}
 		return r
 	}
-	limit := limits[i]
-	pr, err := l.prepare(limit)
+	pl, err := l.plans.ofLayers(limits, 1<<i)
 	if err != nil {
 		t.Fatalf("layer %d: %v", i, err)
 	}
-	keys := stateKeys(nil, l.prefix, escapeTag(key), limit.Algorithm, i)
-	args := append(append([]any{}, pr.args...), 1, 1, modePeek)
-	v, err := batchScripts[limit.Algorithm].Run(ctx, l.rdb, keys, args...).Result()
-	if err != nil {
-		t.Fatalf("peek layer %d (%s): %v", i, keys, err)
-	}
 	var out [1]Result
-	vals, _ := v.([]any)
-	if err := parseResults(vals, out[:]); err != nil {
+	if err := l.decide(ctx, &request{key: key, pl: pl, n: 1, mode: modePeek}, out[:]); err != nil {
 		t.Fatalf("peek layer %d: %v", i, err)
 	}
 	out[0].Granted = 0
@@ -386,9 +413,8 @@ func TestAllowLayersInvalid(t *testing.T) {
 			}
 		})
 	}
-	sw := Limit{Algorithm: SlidingWindow, Rate: 3, Period: time.Second}
-	if err := l.RefundLayers(ctx, "k", []Limit{ok, sw}, 1); !errors.Is(err, ErrInvalidCost) || !strings.Contains(err.Error(), "layer 1") {
-		t.Errorf("a refund of a sliding window layer: err = %v, want ErrInvalidCost naming layer 1", err)
+	if err := l.RefundLayers(ctx, "k", []Limit{ok, ok}, []Result{{Granted: 1}}); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("a refund with 1 Result for 2 layers: err = %v, want ErrInvalidCost", err)
 	}
 	if _, err := l.AllowLayers(ctx, "", []Limit{ok}, 1); !errors.Is(err, ErrEmptyKey) {
 		t.Errorf("empty key: err = %v, want ErrEmptyKey", err)
@@ -416,13 +442,13 @@ func TestAllowLayersTTL(t *testing.T) {
 	}
 	var want []string
 	for i, limit := range limits {
-		want = stateKeys(want, l.prefix, "k", limit.Algorithm, i)
+		want = stateKeys(want, l.prefix, "k", &algorithms[limit.Algorithm], i)
 	}
 	if keys := mr.Keys(); len(keys) != len(want) {
 		t.Fatalf("keys %v: want each layer's %v", keys, want)
 	}
 	for i, limit := range limits {
-		for _, k := range stateKeys(nil, l.prefix, "k", limit.Algorithm, i) {
+		for _, k := range stateKeys(nil, l.prefix, "k", &algorithms[limit.Algorithm], i) {
 			ttl := mr.TTL(k)
 			// The window algorithms keep state up to two periods.
 			if ttl <= 0 || ttl > 2*limit.Period {
@@ -484,7 +510,7 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 		rdb = redistest.Real(t)
 		limiters[i] = opsNew(t, rdb, WithPrefix(prefix), opsPatient, WithTimeout(5*time.Second), WithBreaker(0, 0))
 	}
-	keys := append(stateKeys(nil, limiters[0].prefix, key, limits[0].Algorithm, 0), stateKeys(nil, limiters[0].prefix, key, limits[1].Algorithm, 1)...)
+	keys := append(stateKeys(nil, limiters[0].prefix, key, limits[0].row(), 0), stateKeys(nil, limiters[0].prefix, key, limits[1].row(), 1)...)
 	t.Cleanup(func() { _ = rdb.Del(context.Background(), keys...).Err() })
 
 	ctx := context.Background()
@@ -551,14 +577,23 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 	if got := len(admits); got > 30 {
 		t.Errorf("sliding window layer over-admitted: %d admissions, bound 30", got)
 	}
-	// Every admission, and nothing else, is in the sliding window's log:
+	// Every admission, and nothing else, is in the sliding window's log
+	// (requests of one instant share an entry, weighted by its units):
 	// requests the token bucket denied took nothing from it.
-	n, err := rdb.ZCard(ctx, keys[1]).Result()
+	entries, err := rdb.ZRange(ctx, keys[1], 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := int(n), len(admits); got != want {
-		t.Errorf("sliding window log holds %d entries, want %d (the admissions)", got, want)
+	units := 0
+	for _, e := range entries {
+		var s, w int
+		if _, err := fmt.Sscanf(e, "%d %d", &s, &w); err != nil {
+			t.Fatalf("log entry %q: %v", e, err)
+		}
+		units += w
+	}
+	if got, want := units, len(admits); got != want {
+		t.Errorf("sliding window log holds %d units in %d entries, want %d (the admissions)", got, len(entries), want)
 	}
 	for _, k := range keys {
 		if ttl, err := rdb.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {

@@ -28,6 +28,9 @@ const (
 	// maxLeases bounds the keys leased at once per Limiter; further keys
 	// are decided in Redis, one call each, as without leases.
 	maxLeases = 4096
+	// maxFetches bounds the lease calls one request makes: a denial that
+	// is over by the time it arrives lets it fetch again, a few times.
+	maxFetches = 3
 )
 
 // leases holds one Limiter's leases, by state key.
@@ -43,7 +46,7 @@ type leases struct {
 // a caller that still holds it then asks the table again.
 type lease struct {
 	ls   *leases
-	pr   *prepared
+	pl   *plan
 	tag  string
 	keys []string // the state's key, owned by the lease
 
@@ -51,8 +54,8 @@ type lease struct {
 	dead     bool
 	units    int64         // left to spend
 	remote   int           // what Redis had left after granting them
+	taken    Result        // the call that granted them: the receipt a give-back names
 	until    time.Time     // the lease ends, at the latest when its window does
-	end      time.Time     // its window ends
 	whole    time.Time     // the quota is whole again, as Redis said
 	denied   time.Time     // Redis had nothing left: deny locally before this
 	ready    time.Time     // and report waits until this (see denyCache.get)
@@ -68,21 +71,21 @@ func newLeases(share float64) *leases {
 	return &leases{share: share, life: leaseLife, m: make(map[string]*lease)}
 }
 
-// capFor is the most one lease under pr may hold: a share of its capacity,
+// capFor is the most one lease under pl may hold: a share of its capacity,
 // 0 for an algorithm that cannot lease.
-func (ls *leases) capFor(pr *prepared) int64 {
-	if algorithms[pr.limit.Algorithm].leaseLeft == nil {
+func (ls *leases) capFor(pl *plan) int64 {
+	if pl.layers[0].row.leaseLeft == nil {
 		return 0
 	}
-	return int64(float64(pr.p.capacity) * ls.share)
+	return int64(float64(pl.capacity()) * ls.share)
 }
 
-// get returns the lease of keys[0] under pr's Limit; when there is none,
+// get returns the lease of keys[0] under pl's Limit; when there is none,
 // it makes one if create and the table has room, else returns nil.
-func (ls *leases) get(pr *prepared, tag string, keys []string, create bool) *lease {
+func (ls *leases) get(pl *plan, tag string, keys []string, create bool) *lease {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if e, ok := ls.m[keys[0]]; ok && e.pr.limit == pr.limit {
+	if e, ok := ls.m[keys[0]]; ok && e.pl.limits[0] == pl.limits[0] {
 		return e
 	}
 	// A lease under another Limit is left to run out on its own: a key
@@ -92,7 +95,7 @@ func (ls *leases) get(pr *prepared, tag string, keys []string, create bool) *lea
 	}
 	// The strings may live in a buffer the caller reuses (fasthttp's):
 	// the lease outlives the call.
-	e := &lease{ls: ls, pr: pr, tag: strings.Clone(tag), keys: []string{strings.Clone(keys[0])}}
+	e := &lease{ls: ls, pl: pl, tag: strings.Clone(tag), keys: []string{strings.Clone(keys[0])}}
 	ls.m[e.keys[0]] = e
 	return e
 }
@@ -121,8 +124,8 @@ func (ls *leases) forget(stateKey string) {
 	}
 }
 
-// refunded forgets the denial remembered for stateKey: a Refund gave units
-// back. The lease's own units are unaffected.
+// refunded forgets the denial remembered for stateKey: a refund or a
+// charge changed what the key holds. The lease's own units are unaffected.
 func (ls *leases) refunded(stateKey string) {
 	ls.mu.Lock()
 	e := ls.m[stateKey]
@@ -134,15 +137,35 @@ func (ls *leases) refunded(stateKey string) {
 	}
 }
 
+// close gives back every lease's unused units, for Limiter.Close.
+func (ls *leases) close(l *Limiter) {
+	ls.mu.Lock()
+	all := make([]*lease, 0, len(ls.m))
+	for _, e := range ls.m {
+		all = append(all, e)
+	}
+	ls.mu.Unlock()
+	for _, e := range all {
+		e.mu.Lock()
+		units, taken := e.units, e.taken
+		e.units = 0
+		e.drop()
+		e.mu.Unlock()
+		if units > 0 {
+			e.giveBack(l, units, taken)
+		}
+	}
+}
+
 // decide answers a request of n units from key's lease, taking a new lease
 // from Redis when this one cannot answer. It reports false when it leaves
 // the request to the caller, to ask Redis as without leases: the table is
 // full, or n > 1 does not fit the lease (a lease is taken, and a denial
 // remembered, for one unit, so a larger request gets its exact wait from
 // Redis).
-func (ls *leases) decide(ctx context.Context, l *Limiter, pr *prepared, tag string, keys []string, n int) (Result, bool, error) {
+func (ls *leases) decide(ctx context.Context, l *Limiter, pl *plan, tag string, keys []string, n int) (Result, bool, error) {
 	for {
-		e := ls.get(pr, tag, keys, n == 1)
+		e := ls.get(pl, tag, keys, n == 1)
 		if e == nil {
 			return Result{}, false, nil
 		}
@@ -161,7 +184,7 @@ func (ls *leases) decide(ctx context.Context, l *Limiter, pr *prepared, tag stri
 // n > 1, cannot answer.
 func (e *lease) decide(ctx context.Context, l *Limiter, n int) (Result, bool, error) {
 	e.mu.Lock()
-	for {
+	for fetches := 0; ; {
 		if e.dead {
 			e.mu.Unlock()
 			return Result{}, false, nil
@@ -171,7 +194,7 @@ func (e *lease) decide(ctx context.Context, l *Limiter, n int) (Result, bool, er
 			e.units -= int64(n)
 			e.used += int64(n)
 			res := Result{Allowed: true, Granted: n, Remaining: e.remote + int(e.units),
-				ResetAfter: max(0, e.whole.Sub(now)), Leased: true}
+				ResetAfter: max(0, e.whole.Sub(now)), Leased: true, stamp: e.taken.stamp}
 			e.mu.Unlock()
 			return res, true, nil
 		}
@@ -181,54 +204,71 @@ func (e *lease) decide(ctx context.Context, l *Limiter, n int) (Result, bool, er
 		}
 		if now.Before(e.denied) {
 			res := e.deny
-			res.RetryAfter = e.ready.Sub(now)
+			res.RetryAfter = max(time.Microsecond, e.ready.Sub(now))
 			res.ResetAfter = max(res.RetryAfter, res.ResetAfter+res.RetryAfter-e.deny.RetryAfter)
 			res.Leased = true
 			e.mu.Unlock()
 			return res, true, nil
 		}
-		if wait := e.fetching; wait != nil {
-			e.mu.Unlock()
-			select {
-			case <-wait:
-			case <-ctx.Done():
-				return Result{}, true, l.wrap(ctx, ctx.Err())
-			}
-			e.mu.Lock()
-			if err := e.fetchErr; err != nil && e.fetching == nil {
-				// The call this request waited on failed: so does this
-				// request, at once (the fallback, if any, decides it).
+		wait := e.fetching
+		if wait == nil {
+			if fetches == maxFetches {
 				e.mu.Unlock()
-				return Result{}, true, err
+				return Result{}, false, nil // let Redis answer this one as without leases
 			}
-			continue
+			fetches++
+			wait = e.fetch(l)
 		}
-		// The lease is over (its life, or its units): units it still holds
-		// go back to Redis, and the next asks for twice the demand seen.
-		stale, end := e.units, e.end
-		e.units = 0
-		size := min(max(2*e.used, e.size, 1), e.ls.capFor(e.pr))
-		e.fetching, e.fetchErr = make(chan struct{}), nil
 		e.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			// Only this caller gives up: the fetch goes on for the others.
+			return Result{}, true, l.wrap(ctx, ctx.Err())
+		}
+		e.mu.Lock()
+		if err := e.fetchErr; err != nil && e.fetching == nil {
+			// The call this request waited on failed: so does this
+			// request, at once (the fallback, if any, decides it).
+			e.mu.Unlock()
+			return Result{}, true, err
+		}
+	}
+}
 
+// fetch starts a call for a new lease, and returns what closes when it
+// returns. The lease is over (its life, or its units): units it still
+// holds go back to Redis, and the next asks for twice the demand seen.
+// The call runs on its own goroutine under the Limiter's own timeout, so
+// that the caller who started it may give up without failing the others
+// who wait for it. e.mu is held.
+func (e *lease) fetch(l *Limiter) chan struct{} {
+	stale, taken := e.units, e.taken
+	e.units = 0
+	size := min(max(2*e.used, e.size, 1), e.ls.capFor(e.pl))
+	done := make(chan struct{})
+	e.fetching, e.fetchErr = done, nil
+	go func() {
 		if stale > 0 {
-			go e.giveBack(l, stale, end)
+			e.giveBack(l, stale, taken)
 		}
 		sent := time.Now()
-		res, err := l.ask(ctx, e.pr, e.tag, e.keys, int(size), modeAtMost, sent)
-
+		var out [1]Result
+		rq := &request{key: e.tag, pl: e.pl, n: int(size), mode: modeAtMost}
+		err := l.ask(context.Background(), rq, e.tag, e.keys, sent, out[:])
 		e.mu.Lock()
-		close(e.fetching)
+		defer e.mu.Unlock()
+		close(done)
 		e.fetching, e.fetchErr = nil, err
 		if err != nil {
 			if e.until.IsZero() && e.denied.IsZero() {
 				e.drop() // no timer would ever take it out
 			}
-			e.mu.Unlock()
-			return Result{}, true, err
+			return
 		}
-		e.start(l, res, sent, time.Now())
-	}
+		e.start(l, out[0], sent, time.Now())
+	}()
+	return done
 }
 
 // start records the reply of a lease call sent at sent and received at
@@ -240,13 +280,9 @@ func (e *lease) start(l *Limiter, res Result, sent, received time.Time) {
 	if res.Allowed {
 		// Units counted in Redis at some instant after sent: their window
 		// ends no earlier than sent + what Redis said was left of it.
-		e.units, e.remote = int64(res.Granted), res.Remaining
-		e.end = sent.Add(algorithms[e.pr.limit.Algorithm].leaseLeft(res, e.pr.p))
+		e.units, e.remote, e.taken = int64(res.Granted), res.Remaining, res
+		e.end(sent, res)
 		e.whole = received.Add(res.ResetAfter)
-		e.until = sent.Add(e.ls.life)
-		if e.end.Before(e.until) {
-			e.until = e.end
-		}
 		e.denied = time.Time{}
 		at = e.until
 	} else {
@@ -256,7 +292,15 @@ func (e *lease) start(l *Limiter, res Result, sent, received time.Time) {
 		e.denied, e.ready, e.deny = sent.Add(res.RetryAfter), received.Add(res.RetryAfter), res
 		at = e.denied
 	}
-	e.expireAt(l, at.Sub(received))
+	e.expireAt(l, max(0, at.Sub(received)))
+}
+
+// end sets until: a lease life after sent, or the end of its window.
+func (e *lease) end(sent time.Time, res Result) {
+	e.until = sent.Add(e.ls.life)
+	if end := sent.Add(e.pl.layers[0].row.leaseLeft(res, e.pl.layers[0].p)); end.Before(e.until) {
+		e.until = end
+	}
 }
 
 // expireAt runs expire for the current lease after d. e.mu is held.
@@ -275,9 +319,9 @@ func (e *lease) expire(l *Limiter, gen uint64) {
 		e.mu.Unlock()
 		return
 	}
-	units, end := e.units, e.end
+	units, taken := e.units, e.taken
 	e.units, e.until = 0, time.Time{}
-	if e.used > 0 {
+	if e.used > 0 && !l.closed.Load() {
 		e.size, e.used = 2*e.used, 0
 		e.gen++
 		e.expireAt(l, e.ls.life)
@@ -286,20 +330,17 @@ func (e *lease) expire(l *Limiter, gen uint64) {
 	}
 	e.mu.Unlock()
 	if units > 0 {
-		e.giveBack(l, units, end)
+		e.giveBack(l, units, taken)
 	}
 }
 
-// giveBack returns units of a lease whose window ends at end to Redis,
-// unless the window is about to end: they end with it, and a refund that
-// reached Redis after the window's end would count in the next one. The
-// call is bounded to well within the margin.
-func (e *lease) giveBack(l *Limiter, units int64, end time.Time) {
-	margin := max(2*l.timeout, 100*time.Millisecond)
-	if time.Until(end) <= margin {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), margin/2)
+// giveBack returns units of the lease taken granted to Redis. Redis counts
+// them out only of the window they were counted in: units of a window
+// that has ended by the time the refund arrives left with it.
+func (e *lease) giveBack(l *Limiter, units int64, taken Result) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, 50*time.Millisecond))
 	defer cancel()
-	_, _ = l.ask(ctx, e.pr, e.tag, e.keys, int(units), modeRefund, time.Now())
+	var out [1]Result
+	rq := &request{key: e.tag, pl: e.pl, n: int(units), mode: modeRefund, taken: taken.stamp}
+	_ = l.ask(ctx, rq, e.tag, e.keys, time.Now(), out[:])
 }

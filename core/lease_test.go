@@ -205,7 +205,7 @@ func TestLeaseTableBounded(t *testing.T) {
 func leaseOf(l *Limiter, key string) *lease {
 	l.leases.mu.Lock()
 	defer l.leases.mu.Unlock()
-	return l.leases.m[stateKeys(nil, l.prefix, escapeTag(key), FixedWindow, 0)[0]]
+	return l.leases.m[stateKeys(nil, l.prefix, escapeTag(key), &algorithms[FixedWindow], 0)[0]]
 }
 
 // TestLeaseOnlyWindows: a TokenBucket limit is never leased (every request

@@ -9,31 +9,43 @@ import (
 )
 
 // Limit is a quota: Rate units per Period, enforced by Algorithm. The zero
-// Limit is invalid; PerSecond, PerMinute and PerHour build common ones, and
-// its text form ("10/s", "100/min burst=200", "5/2s sliding_window") lets
-// one come from a flag, an environment variable, JSON or YAML.
+// Limit is invalid; PerSecond, PerMinute, PerHour, PerMonth and InFlight
+// build common ones, and its text form ("10/s", "100/min burst=200",
+// "5/2s sliding_window", "10000/month tz=Europe/Berlin") lets one come from
+// a flag, an environment variable, JSON or YAML.
 //
 // A Limit is a plain value: changing the Limit passed for a key takes effect
-// on the next call, without a Reset and without handing out free units.
+// on the next call, without a Reset and without handing out free units (see
+// Limiter for what each algorithm carries over).
 type Limit struct {
 	// Algorithm enforces the quota. Default: TokenBucket.
 	Algorithm Algorithm
-	// Rate is how many units (requests, or their cost) Period allows. Must
-	// be > 0.
+	// Rate is how many units (requests, or their cost) Period allows, at
+	// most 2^40; for Concurrency, how many requests may be in flight, at
+	// most 2^20. Must be > 0.
 	Rate int
 	// Period is the length of the window, or the time the buckets take to
-	// refill (drain) Rate units. Must be >= 1µs; it is used in whole
-	// microseconds, rounded up, so the Limit enforced is never looser than
-	// the one given.
+	// refill (drain) Rate units: at least 1µs and at most 2^46µs (about 2.2
+	// years), at least 1ms for Concurrency, where it is how long a permit
+	// lasts unless renewed. It is used in whole microseconds, rounded up,
+	// so the Limit enforced is never looser than the one given. 0 with a
+	// Calendar.
 	Period time.Duration
 	// Burst is the capacity of TokenBucket and the queue length of
-	// LeakyBucket, in units. Ignored by the window algorithms.
-	// Default (0): Rate.
+	// LeakyBucket, in units, at most 2^40. Ignored by the other
+	// algorithms. Default (0): Rate.
 	Burst int
 	// MaxDelay caps the Delay a LeakyBucket request may be given: a request
 	// that would have to wait longer is denied without taking capacity.
 	// Ignored by the other algorithms. Default (0): no cap beyond Burst.
 	MaxDelay time.Duration
+	// Calendar aligns a FixedWindow's windows to calendar days, ISO weeks
+	// (from Monday) or months, starting at local midnight in Location, so
+	// that 10000 per month resets on the 1st. Period must then be 0.
+	// Default: NoCalendar (windows of Period, aligned to the Unix epoch).
+	Calendar Calendar
+	// Location is the time zone of a Calendar's days. Default (nil): UTC.
+	Location *time.Location
 }
 
 // PerSecond returns a token bucket of n per second, burst n.
@@ -45,14 +57,29 @@ func PerMinute(n int) Limit { return Limit{Rate: n, Period: time.Minute} }
 // PerHour returns a token bucket of n per hour, burst n.
 func PerHour(n int) Limit { return Limit{Rate: n, Period: time.Hour} }
 
+// PerMonth returns a fixed window of n per calendar month in loc (nil:
+// UTC), starting at midnight on the 1st.
+func PerMonth(n int, loc *time.Location) Limit {
+	return Limit{Algorithm: FixedWindow, Rate: n, Calendar: Monthly, Location: loc}
+}
+
+// InFlight returns a Concurrency limit of n requests in flight, whose
+// permits lapse 10 seconds after they were taken or last renewed.
+func InFlight(n int) Limit { return Limit{Algorithm: Concurrency, Rate: n, Period: 10 * time.Second} }
+
 // ErrInvalidLimit is wrapped by every error about a Limit that cannot be
 // enforced or parsed; the message names the field.
 var ErrInvalidLimit = errors.New("core: invalid limit")
 
-// maxExact is the largest integer a Lua (IEEE double) number holds exactly.
-// The scripts compute in integers scaled to microseconds, so every sum
-// they form must stay below it.
-const maxExact = 1 << 53
+const (
+	maxRate        = 1 << 40
+	maxConcurrency = 1 << 20
+	maxPeriod      = 1 << 46 // µs
+	// maxScaled bounds a scaled capacity (a bucket's, or a counter
+	// window's rate times its ticks), so that every sum a script forms
+	// stays below 2^53, which a Lua (IEEE double) number holds exactly.
+	maxScaled = 1 << 50
+)
 
 // Validate reports whether l can be enforced, with an error that names the
 // offending field.
@@ -62,8 +89,8 @@ func (l Limit) Validate() error {
 }
 
 // Capacity is the most a key can hold at once: Burst (default Rate) for the
-// buckets, Rate for the window algorithms. It is the largest cost a request
-// may have, and 0 <= Result.Remaining <= Capacity always holds.
+// buckets, Rate for the others. It is the largest cost a request may have,
+// and 0 <= Result.Remaining <= Capacity always holds.
 func (l Limit) Capacity() int {
 	if l.Algorithm.known() && algorithms[l.Algorithm].burst && l.Burst > 0 {
 		return l.Burst
@@ -73,50 +100,95 @@ func (l Limit) Capacity() int {
 
 // params is a validated Limit in the integer units the scripts use.
 //
-// Time is in microseconds. The buckets count capacity in units of
-// 1/period of a token so that the refill per microsecond (rate) is an
-// integer; period and rate are first divided by their GCD to keep the
-// products small. The window algorithms only need period.
+// Time is in microseconds, or for limits too large for that in ticks of a
+// power of ten microseconds (tick). The buckets count capacity in units of
+// 1/period of a token so that the refill per tick (rate) is an integer;
+// period and rate are first divided by their GCD to keep the products
+// small. The window algorithms count in units.
 type params struct {
-	period   int64 // µs, reduced by the gcd for the buckets
-	rate     int64 // refill per µs in scaled units (buckets), or Rate (windows)
+	period   int64 // µs (windows), or ticks reduced by the gcd (buckets)
+	rate     int64 // refill per tick in scaled units (buckets), or Rate
 	capacity int64 // Capacity()
 	maxDelay int64 // µs, LeakyBucket only; 0 = none
+	tick     int64 // µs per tick (buckets, SlidingWindowCounter)
 }
 
 func (l Limit) params() (params, error) {
-	switch {
-	case !l.Algorithm.known():
-		return params{}, fmt.Errorf("%w: Algorithm %d is unknown", ErrInvalidLimit, l.Algorithm)
-	case l.Rate <= 0:
-		return params{}, fmt.Errorf("%w: Rate must be > 0, got %d", ErrInvalidLimit, l.Rate)
-	case l.Period < time.Microsecond:
-		return params{}, fmt.Errorf("%w: Period must be >= 1µs, got %v", ErrInvalidLimit, l.Period)
-	case l.Burst < 0:
-		return params{}, fmt.Errorf("%w: Burst must be >= 0, got %d", ErrInvalidLimit, l.Burst)
-	case l.MaxDelay < 0:
-		return params{}, fmt.Errorf("%w: MaxDelay must be >= 0, got %v", ErrInvalidLimit, l.MaxDelay)
+	if err := l.check(); err != nil {
+		return params{}, err
+	}
+	if l.Calendar != NoCalendar {
+		return params{rate: int64(l.Rate), capacity: int64(l.Rate), tick: 1}, nil
 	}
 	period := l.Period.Microseconds()
 	if l.Period%time.Microsecond != 0 {
 		period++
 	}
-	p := params{period: period, rate: int64(l.Rate), capacity: int64(l.Capacity()), maxDelay: l.MaxDelay.Microseconds()}
+	p := params{period: period, rate: int64(l.Rate), capacity: int64(l.Capacity()), maxDelay: l.MaxDelay.Microseconds(), tick: 1}
 	if p.maxDelay == 0 && l.MaxDelay > 0 {
 		p.maxDelay = 1 // a bound under 1µs, not "no bound" (0)
 	}
-	if algorithms[l.Algorithm].burst {
-		g := gcd(period, p.rate)
-		p.period, p.rate = period/g, p.rate/g
-	}
-	// The largest sum a script forms is under twice capacity*period (a full
-	// bucket plus a cost in scaled units, or the weighted window counts);
-	// current Unix time in µs plus two periods must also stay exact.
-	if p.capacity > maxExact/2/p.period || period > maxExact/4 {
-		return params{}, fmt.Errorf("%w: Rate/Burst %d over Period %v exceeds the exact range of Redis Lua numbers (2 × capacity × period in µs must be < 2^53)",
-			ErrInvalidLimit, p.capacity, l.Period)
+	switch {
+	case algorithms[l.Algorithm].burst:
+		// The smallest tick whose scaled capacity is exact.
+		for p.tick = 1; p.tick <= period; p.tick *= 10 {
+			ticks := ceilDiv(period, p.tick)
+			g := gcd(ticks, int64(l.Rate))
+			if p.capacity <= maxScaled/(ticks/g) {
+				p.period, p.rate = ticks/g, int64(l.Rate)/g
+				return p, nil
+			}
+		}
+		return params{}, fmt.Errorf("%w: Burst %d over Period %v is beyond exact integer arithmetic at any tick", ErrInvalidLimit, p.capacity, l.Period)
+	case l.Algorithm == SlidingWindowCounter:
+		for p.tick = 1; p.tick <= period; p.tick *= 10 {
+			if p.rate <= maxScaled/ceilDiv(period, p.tick) {
+				return p, nil
+			}
+		}
+		return params{}, fmt.Errorf("%w: Rate %d over Period %v is beyond exact integer arithmetic at any tick", ErrInvalidLimit, p.rate, l.Period)
 	}
 	return p, nil
+}
+
+// check validates the fields one by one.
+func (l Limit) check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidLimit}, args...)...)
+	}
+	switch {
+	case !l.Algorithm.known():
+		return bad("Algorithm %d is unknown", l.Algorithm)
+	case l.Rate <= 0:
+		return bad("Rate must be > 0, got %d", l.Rate)
+	case l.Rate > maxRate:
+		return bad("Rate must be <= 2^40, got %d", l.Rate)
+	case l.Burst < 0 || l.Burst > maxRate:
+		return bad("Burst must be 0 to 2^40, got %d", l.Burst)
+	case l.MaxDelay < 0:
+		return bad("MaxDelay must be >= 0, got %v", l.MaxDelay)
+	case l.Calendar != NoCalendar:
+		switch {
+		case !l.Calendar.known():
+			return bad("Calendar %d is unknown", l.Calendar)
+		case l.Algorithm != FixedWindow:
+			return bad("a Calendar needs Algorithm FixedWindow, got %s", l.Algorithm)
+		case l.Period != 0:
+			return bad("Period must be 0 with a Calendar, got %v", l.Period)
+		}
+		return nil
+	case l.Location != nil:
+		return bad("Location is only for a Calendar")
+	case l.Period < time.Microsecond:
+		return bad("Period must be >= 1µs, got %v", l.Period)
+	case l.Period > maxPeriod*time.Microsecond:
+		return bad("Period must be <= 2^46µs (about 2.2 years), got %v", l.Period)
+	case l.Algorithm == Concurrency && l.Rate > maxConcurrency:
+		return bad("Rate must be <= 2^20 for Concurrency, got %d", l.Rate)
+	case l.Algorithm == Concurrency && l.Period < time.Millisecond:
+		return bad("Period must be >= 1ms for Concurrency (a permit's life), got %v", l.Period)
+	}
+	return nil
 }
 
 func gcd(a, b int64) int64 {
@@ -126,17 +198,30 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b } // a >= 0, b > 0
+
 // String returns the Limit's text form: "<rate>/<period>", then the
-// algorithm unless it is TokenBucket, then "burst=<n>" and
-// "max-delay=<duration>" when set. PerSecond(10) is "10/s", PerMinute(100)
-// "100/min", PerHour(5000) "5000/h"; another period is a Go duration
-// ("5/2s", "30/1m30s").
+// algorithm unless it is TokenBucket (or implied by a calendar month),
+// then "burst=<n>" and "max-delay=<duration>" when set, "calendar" for
+// calendar days and weeks, and "tz=<name>" for a Location. PerSecond(10)
+// is "10/s", PerMinute(100) "100/min", PerHour(5000) "5000/h",
+// PerMonth(10000, nil) "10000/month"; another period is a Go duration
+// ("5/2s", "30/1m30s") or whole days or weeks ("3/2d", "1/w").
 func (l Limit) String() string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(l.Rate))
 	b.WriteByte('/')
-	b.WriteString(formatPeriod(l.Period))
-	if l.Algorithm != TokenBucket {
+	switch l.Calendar {
+	case Daily:
+		b.WriteString("day calendar")
+	case Weekly:
+		b.WriteString("week calendar")
+	case Monthly:
+		b.WriteString("month")
+	default:
+		b.WriteString(formatPeriod(l.Period))
+	}
+	if l.Algorithm != TokenBucket && (l.Calendar == NoCalendar || l.Algorithm != FixedWindow) {
 		b.WriteByte(' ')
 		b.WriteString(l.Algorithm.String())
 	}
@@ -148,6 +233,10 @@ func (l Limit) String() string {
 		b.WriteString(" max-delay=")
 		b.WriteString(l.MaxDelay.String())
 	}
+	if l.Location != nil {
+		b.WriteString(" tz=")
+		b.WriteString(l.Location.String())
+	}
 	return b.String()
 }
 
@@ -155,10 +244,12 @@ func (l Limit) String() string {
 func (l Limit) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
 // UnmarshalText parses a Limit's text form and validates it. The period is
-// a unit ("s", "sec", "second", "min", "minute", "h", "hour", "day"), a
-// number and a unit ("2min"), or a Go duration ("2s", "1m30s"); the fields
-// after it, separated by spaces, are an algorithm name, "burst=<n>" and
-// "max-delay=<Go duration>", in any order.
+// a unit ("s", "sec", "second", "min", "minute", "h", "hour", "d", "day",
+// "w", "week"), a number and a unit ("2min", "3d"), or a Go duration ("2s",
+// "1m30s"), or "month", a calendar month; the fields after it, separated by
+// spaces, are an algorithm name, "burst=<n>", "max-delay=<Go duration>",
+// "calendar" (align a day or week to the calendar: a FixedWindow) and
+// "tz=<IANA time zone>" (a calendar's time zone), in any order.
 func (l *Limit) UnmarshalText(text []byte) error {
 	fields := strings.Fields(string(text))
 	if len(fields) == 0 {
@@ -173,8 +264,11 @@ func (l *Limit) UnmarshalText(text []byte) error {
 	if out.Rate, err = strconv.Atoi(rate); err != nil {
 		return fmt.Errorf("%w: rate %q is not an integer", ErrInvalidLimit, rate)
 	}
-	if out.Period, err = parsePeriod(period); err != nil {
-		return err
+	calendar, algorithm := period == "month", false
+	if !calendar {
+		if out.Period, err = parsePeriod(period); err != nil {
+			return err
+		}
 	}
 	for _, f := range fields[1:] {
 		name, value, _ := strings.Cut(f, "=")
@@ -187,10 +281,26 @@ func (l *Limit) UnmarshalText(text []byte) error {
 			if out.MaxDelay, err = time.ParseDuration(value); err != nil {
 				return fmt.Errorf("%w: max-delay %q is not a Go duration", ErrInvalidLimit, value)
 			}
+		case "tz":
+			if out.Location, err = time.LoadLocation(value); err != nil || value == "" {
+				return fmt.Errorf("%w: tz %q is not a time zone", ErrInvalidLimit, value)
+			}
+		case "calendar":
+			calendar = true
 		default:
 			if err := out.Algorithm.UnmarshalText([]byte(f)); err != nil {
-				return fmt.Errorf("%w: %q is neither an algorithm nor burst= or max-delay=", ErrInvalidLimit, f)
+				return fmt.Errorf("%w: %q is neither an algorithm nor burst=, max-delay=, calendar or tz=", ErrInvalidLimit, f)
 			}
+			algorithm = true
+		}
+	}
+	if calendar {
+		if out.Calendar, ok = calendarUnits[period]; !ok {
+			return fmt.Errorf("%w: calendar periods are day, week and month, got %q", ErrInvalidLimit, period)
+		}
+		out.Period = 0
+		if !algorithm {
+			out.Algorithm = FixedWindow
 		}
 	}
 	if err := out.Validate(); err != nil {
@@ -200,11 +310,14 @@ func (l *Limit) UnmarshalText(text []byte) error {
 	return nil
 }
 
+var calendarUnits = map[string]Calendar{"d": Daily, "day": Daily, "w": Weekly, "week": Weekly, "month": Monthly}
+
 var periodUnits = map[string]time.Duration{
 	"s": time.Second, "sec": time.Second, "second": time.Second,
 	"min": time.Minute, "minute": time.Minute,
 	"h": time.Hour, "hr": time.Hour, "hour": time.Hour,
 	"d": 24 * time.Hour, "day": 24 * time.Hour,
+	"w": 7 * 24 * time.Hour, "week": 7 * 24 * time.Hour,
 }
 
 func parsePeriod(s string) (time.Duration, error) {
@@ -214,7 +327,7 @@ func parsePeriod(s string) (time.Duration, error) {
 	digits := len(s) - len(strings.TrimLeft(s, "0123456789"))
 	unit, ok := periodUnits[s[digits:]]
 	if !ok {
-		return 0, fmt.Errorf("%w: period %q: want a unit (s, min, h, day), a number and a unit (2min), or a Go duration (1m30s)", ErrInvalidLimit, s)
+		return 0, fmt.Errorf("%w: period %q: want a unit (s, min, h, day, week), a number and a unit (2min), a Go duration (1m30s), or month", ErrInvalidLimit, s)
 	}
 	n := int64(1)
 	if digits > 0 {
@@ -227,6 +340,7 @@ func parsePeriod(s string) (time.Duration, error) {
 }
 
 func formatPeriod(d time.Duration) string {
+	const day, week = 24 * time.Hour, 7 * 24 * time.Hour
 	switch {
 	case d == time.Second:
 		return "s"
@@ -234,6 +348,14 @@ func formatPeriod(d time.Duration) string {
 		return "min"
 	case d == time.Hour:
 		return "h"
+	case d == day:
+		return "d"
+	case d == week:
+		return "w"
+	case d > 0 && d%week == 0:
+		return strconv.FormatInt(int64(d/week), 10) + "w"
+	case d > 0 && d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + "d"
 	case d > 0 && d%time.Hour == 0:
 		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
 	case d > 0 && d%time.Minute == 0:

@@ -2,9 +2,10 @@ package core
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
-	"fmt"
-	"sync"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -13,19 +14,28 @@ import (
 
 var (
 	// ErrInvalidCost is returned for a cost n <= 0, for one above the
-	// Limit's capacity, which could never be admitted, and for a Refund the
-	// algorithm cannot make (SlidingWindow).
+	// Limit's capacity, which could never be admitted, and for a request a
+	// Limit cannot take (AllowAtMost of a Concurrency, say).
 	ErrInvalidCost = errors.New("core: invalid cost")
 	// ErrUnavailable is wrapped by the error of a call that did not reach
 	// Redis because the circuit breaker is open (see WithBreaker).
 	ErrUnavailable = errors.New("core: redis unavailable (circuit open)")
+	// ErrClosed is returned by every call of a Limiter after Close.
+	ErrClosed = errors.New("core: limiter closed")
 )
 
 // Limiter decides, for a key and a Limit, whether a request may proceed.
-// Every decision is an atomic Lua script in Redis, timed by Redis' own
-// clock, so any number of Limiters on any number of hosts share one limit
-// per key exactly. A Limiter is safe for concurrent use; make one per Redis
-// client and share it.
+// Every decision is an atomic Lua function or script in Redis, timed by
+// Redis' own clock, so any number of Limiters on any number of hosts share
+// one limit per key exactly. A Limiter is safe for concurrent use; make one
+// per Redis client and share it.
+//
+// Changing the Limit of a key takes effect on its next call. Lowering it
+// below what the key has spent refuses the key, with the wait the new
+// Limit gives, until enough has been refilled or has left the window;
+// raising it hands out nothing extra. The buckets carry their level over;
+// the windows their count. Each algorithm keeps its own state, so moving a
+// key to another algorithm starts it with a whole quota under the new one.
 type Limiter struct {
 	rdb     redis.UniversalClient
 	prefix  string
@@ -35,13 +45,17 @@ type Limiter struct {
 	// so that the timeout still bounds the caller.
 	detach   bool
 	group    grouping
+	log      func() *slog.Logger
 	breaker  breaker
 	denied   *denyCache // nil unless WithDenyCache
 	fallback *sketch    // nil unless WithLocalFallback
 	batch    *batcher   // nil when batching is off
 	leases   *leases    // nil unless WithLeases
 	health   healthState
-	prepared [8]atomic.Pointer[prepared]
+	funcs    functions
+	plans    plans
+	closed   atomic.Bool
+	stop     func() // undoes what New registered on the client
 }
 
 // New returns a Limiter that keeps its state in rdb: a *redis.Client, a
@@ -52,11 +66,14 @@ type Limiter struct {
 // deadline on the socket itself; without it the Limiter still keeps its
 // timeout, at the cost of a goroutine per call. Keep the Limiter's timeout
 // below the client's ReadTimeout (3s by default), or set MaxRetries: -1:
-// go-redis retries a command whose reply was lost, and a retried script
+// go-redis retries a command whose reply was lost, and a retried call
 // counts its requests twice (it never admits one twice).
 //
-// New checks, in the background, whether the Redis may evict keys (see
-// Ping), and logs a warning when it may.
+// New loads the Limiter's functions into Redis in the background (where
+// Redis 7 functions are not available, each call is a script instead),
+// and checks whether the Redis may evict keys (see Ping), logging a
+// warning when it may. Close the Limiter when done with it if the client
+// lives on.
 func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
 		return nil, errors.New("core: New: nil redis client")
@@ -68,7 +85,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if err := errors.Join(cfg.errs...); err != nil {
 		return nil, err
 	}
-	l := &Limiter{rdb: rdb, prefix: cfg.prefix, timeout: cfg.timeout, detach: !honoursDeadlines(rdb), group: groupingOf(rdb)}
+	l := &Limiter{rdb: rdb, prefix: cfg.prefix, timeout: cfg.timeout, detach: !honoursDeadlines(rdb),
+		group: groupingOf(rdb), log: cfg.log}
 	l.breaker = breaker{failures: cfg.breakerFailures, cooldown: cfg.breakerCooldown, span: 2 * cfg.timeout, log: cfg.log}
 	l.breaker.healthy.Store(true)
 	if c, ok := rdb.(interface{ ReloadState(context.Context) }); ok {
@@ -79,8 +97,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		// asynchronous; go-redis runs one reload at a time.
 		l.breaker.onFault = func() { c.ReloadState(context.Background()) }
 	}
-	// Redis answering again may be another Redis (a failover): check it.
-	l.breaker.onRecover = func() { l.health.trigger(l) }
+	// Redis answering again may be another Redis (a failover, a restart
+	// that lost the functions): check it.
+	l.breaker.onRecover = func() { l.reconnected() }
 	if cfg.denyKeys > 0 {
 		l.denied = newDenyCache(cfg.denyKeys)
 	}
@@ -88,14 +107,40 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		l.fallback = newSketch(f.instances, f.maxKeys)
 	}
 	if cfg.batch > 1 {
-		l.batch = newBatcher(cfg.batch)
+		l.batch = newBatcher(cfg.batch, cfg.inflight)
 	}
 	if cfg.leaseShare > 0 {
 		l.leases = newLeases(cfg.leaseShare)
 	}
 	l.health.log = cfg.log
-	l.health.watch(l)
+	l.stop = watchClient(l)
+	l.funcs.load(l)
+	l.health.start(l)
 	return l, nil
+}
+
+// reconnected runs when the client made a connection, or Redis answered
+// again after failing: it may be another server.
+func (l *Limiter) reconnected() {
+	l.health.trigger(l)
+	l.funcs.load(l)
+}
+
+// Close detaches the Limiter from its client: it stops its background
+// checks, drops its leases (their unused units are given back) and removes
+// what New registered on the client, so a client that outlives many
+// Limiters keeps nothing of them. Calls made after Close return ErrClosed;
+// the client itself stays open. A Limiter that is not closed leaves
+// nothing behind either once it is garbage collected.
+func (l *Limiter) Close() error {
+	if l.closed.Swap(true) {
+		return nil
+	}
+	l.stop()
+	if l.leases != nil {
+		l.leases.close(l)
+	}
+	return nil
 }
 
 // isNil reports a nil client, including a typed nil pointer in the
@@ -128,15 +173,16 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 
 // Allow is AllowN(ctx, key, limit, 1).
 func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.decide(ctx, key, limit, 1, modeConsume)
+	return l.one(ctx, key, limit, 1, modeConsume, Result{})
 }
 
 // AllowN decides whether a request that costs n units may proceed now, and
 // takes n if it may. A denial is a Result with Allowed false; the error is
 // for invalid arguments and Redis failures (the timeout included), when the
-// Result is zero.
+// Result is zero. For Concurrency, n must be 1: the request takes a
+// permit, which Refund gives back.
 func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	return l.decide(ctx, key, limit, n, modeConsume)
+	return l.one(ctx, key, limit, n, modeConsume, Result{})
 }
 
 // AllowAtMost takes as many units as fit now, up to n, and reports how many
@@ -144,40 +190,85 @@ func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (R
 // exceed the Limit's capacity. It is denied, taking nothing, only when not
 // even one unit fits; RetryAfter is then the wait for one.
 func (l *Limiter) AllowAtMost(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	return l.decide(ctx, key, limit, n, modeAtMost)
+	return l.one(ctx, key, limit, n, modeAtMost, Result{})
 }
 
 // Peek reports what Allow would decide now, without taking anything:
 // Remaining is what is left before the request, RetryAfter the wait for one
 // unit.
 func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.decide(ctx, key, limit, 1, modePeek)
+	return l.one(ctx, key, limit, 1, modePeek, Result{})
 }
 
-// Refund gives back n units that a request took but did not use (it
-// failed, or took less than it reserved), where the algorithm can take
-// them back: TokenBucket refills them (never beyond its capacity),
-// LeakyBucket dequeues them, FixedWindow and SlidingWindowCounter count
-// them out of the current window (SlidingWindowCounter then out of the
-// previous one). SlidingWindow cannot, since its log is exact, and returns
-// ErrInvalidCost. A refund never makes the quota larger than whole.
-func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, n int) error {
-	_, err := l.decide(ctx, key, limit, n, modeRefund)
+// Refund gives back what taken (the Result of a call that admitted a
+// request of key under limit) took but did not use: the request failed, or
+// should not count. A refund never makes room the limit would not have
+// had if the units had never been taken: the windows count units out only
+// from the window they were taken in (a refund after that window ended
+// gives nothing back), and the buckets give back only what they have not
+// refilled since (nothing once they would be full anyway). For
+// Concurrency, Refund gives the permit back. Refund taken once.
+func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, taken Result) error {
+	if taken.Granted <= 0 {
+		return nil
+	}
+	_, err := l.one(ctx, key, limit, taken.Granted, modeRefund, taken)
 	return err
 }
 
+// Settle corrects what taken (the Result of a call that admitted a request
+// of key under limit) took to what the request really used, once that is
+// known (the tokens of a completion, the bytes streamed): it gives back
+// the units not used, as Refund does, or takes the excess even beyond what
+// is left, as a debt that later requests wait out at the Limit's rate (the
+// buckets run below empty; the windows carry what exceeds Rate into the
+// following windows, Rate in each, and refuse every request until the
+// last of them begins). It returns what the key has left after the
+// correction. used may be 0 (Refund) and at most 2^40. Concurrency permits
+// have no cost: Settle leaves them alone.
+func (l *Limiter) Settle(ctx context.Context, key string, limit Limit, taken Result, used int) (Result, error) {
+	n, mode := taken.Granted-used, modeRefund
+	if n < 0 {
+		n, mode = -n, modeCharge
+	}
+	if n == 0 || limit.Algorithm == Concurrency || taken.Granted <= 0 && mode == modeRefund {
+		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter}, nil
+	}
+	res, err := l.one(ctx, key, limit, n, mode, taken)
+	res.Allowed, res.Granted, res.RetryAfter = true, used, 0
+	return res, err
+}
+
+// Renew keeps the Concurrency permit that taken holds for another Period:
+// a request in flight for longer than Period renews it, say every half
+// Period, or its permit lapses and counts no more. Allowed reports that
+// the permit was still held (and is kept); false means it had lapsed.
+func (l *Limiter) Renew(ctx context.Context, key string, limit Limit, taken Result) (Result, error) {
+	if limit.Algorithm != Concurrency {
+		return Result{}, errNotConcurrency
+	}
+	return l.one(ctx, key, limit, 1, modeRenew, taken)
+}
+
+var errNotConcurrency = errors.New("core: Renew keeps Concurrency permits only")
+
 // Reset forgets key's state under every algorithm and layer, so its quota
-// is whole again.
+// is whole again. Units handed out before the Reset and refunded after it
+// may be given back to the fresh state: the quota is then at most whole.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return ErrEmptyKey
 	}
+	if l.closed.Load() {
+		return ErrClosed
+	}
 	tag := escapeTag(key)
-	keys := make([]string, 0, maxLayers*(len(algorithms)+1))
+	keys := make([]string, 0, maxLayers*(len(algorithms)+2))
 	for layer := range maxLayers {
 		for a := range algorithms {
-			keys = stateKeys(keys, l.prefix, tag, Algorithm(a), layer)
+			keys = stateKeys(keys, l.prefix, tag, &algorithms[a], layer)
 		}
+		keys = stateKeys(keys, l.prefix, tag, &calendarWindow, layer)
 	}
 	l.forget(tag)
 	_, err := l.do(ctx, func(ctx context.Context) (any, error) {
@@ -191,8 +282,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // forget drops the denials and leases this instance holds for tag.
 func (l *Limiter) forget(tag string) {
 	var buf [2]string
-	for a := range algorithms {
-		k := stateKeys(buf[:0], l.prefix, tag, Algorithm(a), 0)[0]
+	for _, row := range append(algorithms[:], calendarWindow) {
+		k := stateKeys(buf[:0], l.prefix, tag, &row, 0)[0]
 		if l.denied != nil {
 			l.denied.forget(k)
 		}
@@ -202,141 +293,26 @@ func (l *Limiter) forget(tag string) {
 	}
 }
 
-// prepared is a validated Limit with the script arguments of its most
-// common call (one request of n = 1, consumed) built once, so the hot path
-// neither validates nor boxes integers again.
-type prepared struct {
-	limit Limit
-	p     params
-	args  []any // the Limit's ARGV; read-only, shared by concurrent calls
-	one   []any // args, then one request: 1, n = 1, modeConsume
-}
-
-func (l *Limiter) prepare(limit Limit) (*prepared, error) {
-	h := (uint64(limit.Rate)*0x9E3779B97F4A7C15 ^ uint64(limit.Period)>>10 ^ uint64(limit.Burst)<<7 ^ uint64(limit.Algorithm)) * 0x9E3779B97F4A7C15
-	slot := &l.prepared[h>>61]
-	if pr := slot.Load(); pr != nil && pr.limit == limit {
-		return pr, nil
-	}
-	p, err := limit.params()
-	if err != nil {
-		return nil, err
-	}
-	args := algorithms[limit.Algorithm].args(p)
-	pr := &prepared{limit: limit, p: p, args: args, one: append(args[:len(args):len(args)], 1, 1, modeConsume)}
-	slot.Store(pr)
-	return pr, nil
-}
-
-// keyBufs recycles the KEYS slice of a one-state script call: go-redis
-// copies it into the command, so it is free again once Run returns.
-var keyBufs = sync.Pool{New: func() any { return new([2]string) }}
-
-func (l *Limiter) decide(ctx context.Context, key string, limit Limit, n, mode int) (Result, error) {
-	if key == "" {
-		return Result{}, ErrEmptyKey
-	}
-	pr, err := l.prepare(limit)
-	if err != nil {
-		return Result{}, err
-	}
-	if mode == modeAtMost && n > 0 {
-		n = int(min(int64(n), pr.p.capacity)) // more never fits
-	}
-	if n <= 0 || int64(n) > pr.p.capacity {
-		return Result{}, fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the %s capacity)", ErrInvalidCost, n, pr.p.capacity, limit.Algorithm)
-	}
-	if mode == modeRefund && !algorithms[limit.Algorithm].refund {
-		return Result{}, fmt.Errorf("%w: %s cannot give units back", ErrInvalidCost, limit.Algorithm)
-	}
-	buf := keyBufs.Get().(*[2]string)
-	defer func() {
-		*buf = [2]string{}
-		keyBufs.Put(buf)
-	}()
-	tag := escapeTag(key)
-	keys := stateKeys(buf[:0], l.prefix, tag, limit.Algorithm, 0)
-	sent := time.Now()
-	takes := mode == modeConsume || mode == modeAtMost
-	need := n // the units a denial says did not fit
-	if mode == modeAtMost {
-		need = 1
-	}
-	var res Result
-	leased := false
-	if l.leases != nil && mode == modeConsume && l.leases.capFor(pr) >= 2 {
-		res, leased, err = l.leases.decide(ctx, l, pr, tag, keys, n)
-	} else if mode == modeRefund && l.leases != nil {
-		l.leases.refunded(keys[0])
-	}
-	if !leased {
-		if l.denied != nil {
-			if takes {
-				if res, ok := l.denied.get(keys[0], limit, need, sent); ok {
-					return res, nil
-				}
-			} else if mode == modeRefund {
-				l.denied.forget(keys[0])
-			}
-		}
-		res, err = l.ask(ctx, pr, tag, keys, n, mode, sent)
-	}
-	if err != nil {
-		if l.fallback != nil && takes && redisFault(ctx, err) {
-			return l.fallback.allow(keys[0], limit, n, mode == modeAtMost, time.Now())
-		}
-		return Result{}, err
-	}
-	if leased {
-		return res, nil
-	}
-	if mode == modePeek {
-		res.Granted = 0
-	}
-	if l.denied != nil && takes && !res.Allowed {
-		l.denied.put(keys[0], limit, need, sent, time.Now(), res)
-	}
-	return res, nil
-}
-
-// ask makes one decision in Redis, through the circuit breaker, within
-// the Limiter's timeout.
-func (l *Limiter) ask(ctx context.Context, pr *prepared, tag string, keys []string, n, mode int, sent time.Time) (Result, error) {
-	if !l.breaker.allow(sent) {
-		return Result{}, ErrUnavailable
-	}
-	bctx, cancel := l.bound(ctx)
-	res, err := l.run(bctx, pr, tag, keys, n, mode)
-	cancel()
-	l.breaker.record(ctx, err, time.Now())
-	l.health.tick(l, sent)
-	return res, err
-}
-
-// run makes one decision in Redis: in a batch with concurrent callers of
-// the same group when batching is on and another call of the group is in
-// flight, else on its own.
-func (l *Limiter) run(ctx context.Context, pr *prepared, tag string, keys []string, n, mode int) (Result, error) {
-	if l.batch != nil {
-		return l.batch.decide(ctx, l, pr, l.group.of(tag), keys, n, mode)
-	}
-	return l.runOne(ctx, pr, keys, n, mode)
-}
-
-// runOne makes one decision in its own script call.
-func (l *Limiter) runOne(ctx context.Context, pr *prepared, keys []string, n, mode int) (Result, error) {
-	args := pr.one
-	if n != 1 || mode != modeConsume {
-		args = append(pr.args[:len(pr.args):len(pr.args)], 1, n, mode)
-	}
-	v, err := l.eval(ctx, batchScripts[pr.limit.Algorithm], keys, args)
+// one decides one request under one Limit.
+func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int, taken Result) (Result, error) {
+	pl, err := l.plans.of(limit)
 	if err != nil {
 		return Result{}, err
 	}
 	var out [1]Result
-	vals, _ := v.([]any)
-	if err := parseResults(vals, out[:]); err != nil {
-		return Result{}, err
-	}
-	return out[0], nil
+	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
+	return out[0], err
 }
+
+// permitID is a fresh Concurrency permit: 52 random bits, so that ids of
+// concurrent requests never meet in practice and Lua holds them exactly.
+func permitID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return int64(binary.LittleEndian.Uint64(b[:]) >> 12)
+}
+
+// Logger is the logger the Limiter was made with (WithLogger), nil when
+// logging is off: for the packages built on it, so that one setting
+// covers them.
+func (l *Limiter) Logger() *slog.Logger { return l.log() }

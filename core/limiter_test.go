@@ -40,7 +40,7 @@ func with(l Limit, a Algorithm) Limit {
 
 // redisKey is the first Redis key of key's state under a.
 func redisKey(prefix, key string, a Algorithm) string {
-	return stateKeys(nil, prefix, escapeTag(key), a, 0)[0]
+	return stateKeys(nil, prefix, escapeTag(key), &algorithms[a], 0)[0]
 }
 
 // allow is one step of a step table, as in x/time/rate's tests: at t after
@@ -245,14 +245,14 @@ func TestResultWorkedExample(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if want := (Result{Allowed: true, Granted: 1, ResetAfter: time.Second}); got != want {
+	if want := (Result{Allowed: true, Granted: 1, ResetAfter: time.Second}); public(got) != want {
 		t.Errorf("10th: got %+v, want %+v", got, want)
 	}
 	got, err := l.Allow(ctx, "k", lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Result{RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}); got != want {
+	if want := (Result{RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}); public(got) != want {
 		t.Errorf("11th: got %+v, want %+v", got, want)
 	}
 }
@@ -551,11 +551,18 @@ func TestErrors(t *testing.T) {
 		{"sub-µs period", Limit{Rate: 1, Period: time.Nanosecond}, "Period"},
 		{"negative burst", Limit{Rate: 1, Period: time.Second, Burst: -1}, "Burst"},
 		{"negative max delay", Limit{Algorithm: LeakyBucket, Rate: 1, Period: time.Second, MaxDelay: -1}, "MaxDelay"},
-		{"unknown algorithm", Limit{Algorithm: 5, Rate: 1, Period: time.Second}, "Algorithm"},
+		{"unknown algorithm", Limit{Algorithm: Concurrency + 1, Rate: 1, Period: time.Second}, "Algorithm"},
 		{"unknown algorithm 255", Limit{Algorithm: 255, Rate: 1, Period: time.Second}, "Algorithm"},
 		{"1e12 per nanosecond", Limit{Rate: 1e12, Period: time.Nanosecond}, "Period"},
-		{"1e12 per 999983µs", Limit{Rate: 1e12, Period: 999983 * time.Microsecond}, "Rate"},
-		{"1e12 per hour, fixed window", Limit{Algorithm: FixedWindow, Rate: 1e12, Period: time.Hour}, "Rate"},
+		{"2e12 per 999983µs", Limit{Rate: 2e12, Period: 999983 * time.Microsecond}, "Rate"},
+		{"2e12 per hour, fixed window", Limit{Algorithm: FixedWindow, Rate: 2e12, Period: time.Hour}, "Rate"},
+		{"period over 2^46µs", Limit{Algorithm: FixedWindow, Rate: 1, Period: 1 << 56}, "Period"},
+		{"concurrency of 2^21", Limit{Algorithm: Concurrency, Rate: 1 << 21, Period: time.Second}, "Rate"},
+		{"concurrency permit under 1ms", Limit{Algorithm: Concurrency, Rate: 1, Period: time.Microsecond}, "Period"},
+		{"calendar of a token bucket", Limit{Rate: 1, Calendar: Monthly}, "Calendar"},
+		{"calendar with a period", Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour, Calendar: Daily}, "Period"},
+		{"unknown calendar", Limit{Algorithm: FixedWindow, Rate: 1, Calendar: 9}, "Calendar"},
+		{"location without a calendar", Limit{Rate: 1, Period: time.Hour, Location: time.UTC}, "Location"},
 		{"max int per µs", Limit{Rate: math.MaxInt, Period: time.Microsecond}, "Rate"},
 		{"huge burst", Limit{Rate: 1, Period: time.Hour, Burst: math.MaxInt}, "Burst"},
 		{"longest period", Limit{Algorithm: SlidingWindowCounter, Rate: 3, Period: math.MaxInt64}, "Period"},
@@ -589,8 +596,14 @@ func TestErrors(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want nil", v, err)
 		}
 	}
-	if err := l.Refund(ctx, "k", with(PerSecond(5), SlidingWindow), 1); !errors.Is(err, ErrInvalidCost) {
-		t.Errorf("Refund of a sliding window: %v, want ErrInvalidCost", err)
+	if _, err := l.AllowAtMost(ctx, "k", InFlight(3), 2); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("AllowAtMost of a Concurrency: %v, want ErrInvalidCost", err)
+	}
+	if _, err := l.AllowN(ctx, "k", InFlight(3), 2); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("AllowN(2) of a Concurrency: %v, want ErrInvalidCost (one permit per request)", err)
+	}
+	if _, err := l.Renew(ctx, "k", lim, Result{}); err == nil {
+		t.Errorf("Renew of a rate limit: nil error, want one")
 	}
 	if _, err := l.AllowAtMost(ctx, "k", lim, 0); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowAtMost(0): %v, want ErrInvalidCost", err)
@@ -653,16 +666,18 @@ func TestParseReplyNeverPanics(t *testing.T) {
 		{"int", int64(1)},
 		{"empty", []any{}},
 		{"four", []any{int64(1), int64(0), int64(0), int64(0)}},
-		{"six", []any{int64(1), int64(0), int64(0), int64(0), int64(0), int64(0)}},
-		{"string element", []any{int64(1), "0", int64(0), int64(0), int64(0)}},
-		{"nil element", []any{int64(1), nil, int64(0), int64(0), int64(0)}},
-		{"int element", []any{1, 0, 0, 0, 0}},
-		{"nested", []any{[]any{}, int64(0), int64(0), int64(0), int64(0)}},
+		{"five", []any{int64(1), int64(0), int64(0), int64(0), int64(0)}},
+		{"seven", []any{int64(1), int64(1), int64(0), int64(0), int64(0), int64(0), int64(0)}},
+		{"negative", []any{int64(1), int64(1), int64(-1), int64(0), int64(0), int64(0)}},
+		{"string clock", []any{"1", int64(1), int64(0), int64(0), int64(0), int64(0)}},
+		{"string element", []any{int64(1), int64(1), "0", int64(0), int64(0), int64(0)}},
+		{"nil element", []any{int64(1), int64(1), nil, int64(0), int64(0), int64(0)}},
+		{"int element", []any{int64(1), 1, 0, 0, 0, 0}},
+		{"nested", []any{int64(1), []any{}, int64(0), int64(0), int64(0), int64(0)}},
 	}
 	for _, tt := range tests {
-		vals, _ := tt.v.([]any)
 		var out [1]Result
-		if err := parseResults(vals, out[:]); !errors.Is(err, errBadReply) {
+		if err := parseResults(tt.v, out[:]); !errors.Is(err, errBadReply) {
 			t.Errorf("%s: parseResults(%#v) = %+v, %v, want errBadReply", tt.name, tt.v, out[0], err)
 		}
 	}
@@ -681,7 +696,7 @@ func TestPeekConsumesNothing(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := (Result{Allowed: true, Remaining: 3}); r != want {
+				if want := (Result{Allowed: true, Remaining: 3}); public(r) != want {
 					t.Fatalf("Peek on a fresh key: %+v, want %+v", r, want)
 				}
 			}
@@ -780,7 +795,7 @@ func TestTTL(t *testing.T) {
 				t.Fatalf("Allow = %+v, %v", r, err)
 			}
 			keys := mr.Keys()
-			want := stateKeys(nil, l.prefix, "k", lim.Algorithm, 0)
+			want := stateKeys(nil, l.prefix, "k", &algorithms[lim.Algorithm], 0)
 			slices.Sort(want)
 			if !slices.Equal(keys, want) {
 				t.Fatalf("keys written: %q, want just the key's own %q", keys, want)
@@ -925,7 +940,7 @@ func TestHashSlot(t *testing.T) {
 			}
 			for a := TokenBucket; a <= LeakyBucket; a++ {
 				for layer := range 3 {
-					for _, rk := range stateKeys(nil, prefix, tag, a, layer) {
+					for _, rk := range stateKeys(nil, prefix, tag, &algorithms[a], layer) {
 						i := strings.IndexByte(rk, '{')
 						j := strings.IndexByte(rk[i+1:], '}')
 						if i < 0 || j < 0 || rk[i+1:i+1+j] != tag {
@@ -959,7 +974,7 @@ func FuzzDecide(f *testing.F) {
 		mr.SetTime(redistest.Epoch.Add(time.Duration(len(key)) * time.Millisecond))
 		var r Result
 		var err error
-		req := request{int64(n), int(mode % 4)}
+		req := modelRequest{n: int64(n), mode: int(mode % 5)}
 		switch req.mode {
 		case modeConsume:
 			r, err = l.AllowN(ctx, key, lim, n)
@@ -969,7 +984,9 @@ func FuzzDecide(f *testing.F) {
 		case modeAtMost:
 			r, err = l.AllowAtMost(ctx, key, lim, n)
 		case modeRefund:
-			err = l.Refund(ctx, key, lim, n)
+			err = l.Refund(ctx, key, lim, Result{Granted: n, stamp: redistest.Epoch.UnixMicro()})
+		case modeCharge:
+			r, err = l.Settle(ctx, key, lim, Result{}, n)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrEmptyKey) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, ErrInvalidCost) {
@@ -977,11 +994,18 @@ func FuzzDecide(f *testing.F) {
 			}
 			return
 		}
-		if req.mode != modeRefund {
+		if req.mode <= modeAtMost {
 			checkInvariants(t, lim, r, req, t.Fatalf)
 		}
 		if rerr := l.Reset(ctx, key); rerr != nil {
 			t.Fatalf("Reset: %v", rerr)
 		}
 	})
+}
+
+// public is r without what only the Limiter reads (the stamp a refund
+// names), for comparisons with a Result literal.
+func public(r Result) Result {
+	r.stamp = 0
+	return r
 }

@@ -3,7 +3,10 @@ package core
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,52 +17,64 @@ import (
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-// This file holds a pure-Go reference model of the five algorithms and the
-// property tests that hold the Lua scripts to it.
+// This file holds a pure-Go reference model of the rate algorithms and
+// the property tests that hold the Lua to it.
 //
-// The model is written from the documented semantics, not from the scripts:
-// it keeps its state in its own units (capacity scaled by the unreduced
-// period in µs, so every quantity is an exact int64, and the sliding window
-// as a plain list of admissions), and it derives RetryAfter and ResetAfter
-// by searching for the first microsecond at which the request would pass
-// (the quota would be whole), instead of the closed forms the scripts use.
-// Where both agree on every step of thousands of random sequences, the
-// closed forms are exact.
+// The model is written from the documented semantics, not from the
+// scripts: it keeps the sliding window as a plain list of entries, and it
+// derives RetryAfter and ResetAfter by searching for the first microsecond
+// at which the request would pass (the quota would be whole), instead of
+// the closed forms the scripts use. Where both agree on every step of
+// thousands of random sequences (takes, peeks, partial takes, refunds of
+// earlier takes, charges beyond what is left, changes of the Limit both
+// ways, clock steps back, batches), the closed forms are exact.
 //
 // Shared rules, for every algorithm:
-//   - Time is the Redis clock in µs. The state's own time never moves back:
-//     a request at clock c is decided at now = max(c, the state's time).
+//   - Time is the Redis clock in µs. A bucket's own time never moves back:
+//     a request at clock c is decided at now = max(c, the bucket's time).
+//     A window state that lies ahead of the clock (a debt carried into a
+//     later window, or a clock step back) refuses every request until the
+//     clock reaches it.
 //   - Waits (RetryAfter, ResetAfter, Delay) are measured from the clock c,
 //     so after a clock step back they include the step.
 //   - A denied request and a Peek take nothing.
+//   - A refund gives back no more than the limit would hold had the units
+//     never been taken: windows count units out only of the window they
+//     were taken in, buckets only what they have not refilled (drained)
+//     since, the log only while the units' entry is in the window.
 //   - Every write sets the key's TTL to ResetAfter rounded up to whole ms
 //     (at least 1 ms): the state matters exactly until the quota is whole.
-//     A denial that writes nothing lengthens the TTL when it is more than
+//     A call that writes nothing lengthens the TTL when it is more than
 //     1 ms short of ResetAfter (the Limit changed to a slower one).
 //   - Requests of one batch are decided in order at one clock, exactly as
 //     separate calls at that clock.
 
-// refAlg is one algorithm's state for one key. now is always an effective
-// time (never before the state's own time).
+// refAlg is one algorithm's state for one key.
 type refAlg interface {
 	// effective is the time a request at clock is decided at.
 	effective(clock int64) int64
-	// touch brings the state to now before any decision, and reports a
+	// touch brings the state to clock before any decision, and reports a
 	// change that is written (the sliding window trims its log).
-	touch(now int64) bool
-	// fits reports whether n units fit the capacity at now.
+	touch(clock int64) bool
+	// blocked reports a window state that lies ahead of now.
+	blocked(now int64) bool
+	// fits reports whether n units fit at now (not blocked).
 	fits(now, n int64) bool
 	// remaining is how many units fit at now, clamped to [0, capacity].
 	remaining(now int64) int64
-	// delay is how long, from now, the queue ahead takes to drain
-	// (LeakyBucket); 0 for the others.
-	delay(now int64) int64
+	// drained is the instant the queue ahead has drained (LeakyBucket),
+	// 0 when empty.
+	drained(now int64) int64
 	// commit records the admission of n units at now.
 	commit(now, n int64)
-	// refund gives n units back at now, and reports a change.
-	refund(now, n int64) bool
+	// refund gives back n units taken at stamp, and reports a change.
+	refund(clock, now, n, stamp int64) bool
+	// charge takes n units beyond what is left, and reports a change.
+	charge(clock, now, n int64) bool
 	// gone reports a state that holds nothing and is deleted, not written.
-	gone() bool
+	gone(now int64) bool
+	// setLimit carries the state over to a new Limit.
+	setLimit(p params, lim Limit)
 	clone() refAlg
 }
 
@@ -78,7 +93,7 @@ type refResult struct {
 	remaining, retry, reset, delay int64
 	ttl                            int64 // PX set by a write, ms; 0 = no write
 	deleted                        bool  // the state was deleted
-	keep                           int64 // a denial's least TTL, ms: extended if more than 1 ms short
+	keep                           int64 // a call's least TTL, ms: extended if more than 1 ms short
 }
 
 func (r refResult) result(peek bool) Result {
@@ -97,26 +112,45 @@ func (r refResult) result(peek bool) Result {
 	}
 }
 
+func mustParams(lim Limit) params {
+	p, err := lim.params()
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
 func newRefModel(lim Limit) *refModel {
-	m := &refModel{lim: lim, maxDelay: lim.MaxDelay.Microseconds(), capacity: int64(lim.Capacity())}
+	m := &refModel{}
+	m.setLimit(lim)
 	m.forget()
 	return m
 }
 
+func (m *refModel) setLimit(lim Limit) {
+	m.lim, m.capacity, m.maxDelay = lim, int64(lim.Capacity()), lim.MaxDelay.Microseconds()
+	if m.maxDelay == 0 && lim.MaxDelay > 0 {
+		m.maxDelay = 1
+	}
+	if m.alg != nil {
+		m.alg.setLimit(mustParams(lim), lim)
+	}
+}
+
 // forget drops the key's state, as when its TTL runs out.
 func (m *refModel) forget() {
-	period, rate := m.lim.Period.Microseconds(), int64(m.lim.Rate)
+	p := mustParams(m.lim)
 	switch m.lim.Algorithm {
 	case TokenBucket:
-		m.alg = &refTokenBucket{period: period, rate: rate, full: m.capacity * period}
+		m.alg = &refTokenBucket{p: p}
 	case LeakyBucket:
-		m.alg = &refLeakyBucket{period: period, rate: rate, full: m.capacity * period}
+		m.alg = &refLeakyBucket{p: p}
 	case FixedWindow:
-		m.alg = &refFixedWindow{period: period, rate: rate}
+		m.alg = &refFixedWindow{period: p.period, rate: p.rate}
 	case SlidingWindow:
-		m.alg = &refSlidingWindow{period: period, rate: rate}
+		m.alg = &refSlidingWindow{period: p.period, rate: p.rate}
 	case SlidingWindowCounter:
-		m.alg = &refSlidingWindowCounter{period: period, rate: rate}
+		m.alg = &refSlidingWindowCounter{p: p}
 	default:
 		panic("unknown algorithm")
 	}
@@ -130,17 +164,16 @@ func (m *refModel) clone() *refModel {
 
 // delayAt is the Delay a request at clock would be given, measured from clock.
 func (m *refModel) delayAt(a refAlg, clock int64) int64 {
-	now := a.effective(clock)
-	d := a.delay(now)
-	if d > 0 {
-		d += now - clock
+	if d := a.drained(a.effective(clock)); d > 0 {
+		return d - clock
 	}
-	return d
+	return 0
 }
 
 // admits reports whether a request of n at clock passes, without recording it.
 func (m *refModel) admits(a refAlg, clock, n int64) bool {
-	if !a.fits(a.effective(clock), n) {
+	now := a.effective(clock)
+	if a.blocked(now) || !a.fits(now, n) {
 		return false
 	}
 	return m.maxDelay == 0 || m.delayAt(a, clock) <= m.maxDelay
@@ -148,23 +181,28 @@ func (m *refModel) admits(a refAlg, clock, n int64) bool {
 
 // whole reports whether the quota is whole at clock.
 func (m *refModel) whole(a refAlg, clock int64) bool {
-	return a.remaining(a.effective(clock)) >= m.capacity
+	now := a.effective(clock)
+	return !a.blocked(now) && a.remaining(now) >= m.capacity
 }
 
-// decide is one call of the limiter at clock.
-func (m *refModel) decide(clock, n int64, mode int) refResult {
+// decide is one call of the limiter at clock; stamp is a refund's take.
+func (m *refModel) decide(clock, n int64, mode int, stamp int64) refResult {
 	a := m.alg
-	wrote := a.touch(a.effective(clock))
-	// (A log trimmed empty has no time of its own left.)
+	wrote := a.touch(clock)
 	now := a.effective(clock)
 	var r refResult
 	switch mode {
 	case modeRefund:
-		wrote = a.refund(now, n) || wrote
+		wrote = a.refund(clock, now, n, stamp) || wrote
+	case modeCharge:
+		wrote = a.charge(clock, now, n) || wrote
 	case modeConsume, modePeek, modeAtMost:
 		k := n
 		if mode == modeAtMost {
 			k = min(n, a.remaining(now))
+			if a.blocked(now) {
+				k = 0
+			}
 		}
 		if k >= 1 && m.admits(a, clock, k) {
 			r.allowed, r.granted, r.delay = true, k, m.delayAt(a, clock)
@@ -180,10 +218,13 @@ func (m *refModel) decide(clock, n int64, mode int) refResult {
 		}
 		r.retry = firstTrue(clock, func(c int64) bool { return m.admits(a, c, need) })
 	}
-	r.remaining = a.remaining(now)
+	r.remaining = 0
+	if !a.blocked(a.effective(clock)) {
+		r.remaining = a.remaining(a.effective(clock))
+	}
 	r.reset = firstTrue(clock, func(c int64) bool { return m.whole(a, c) })
 	switch {
-	case a.gone():
+	case a.gone(clock):
 		r.deleted = wrote
 		m.forget()
 	case wrote:
@@ -218,8 +259,6 @@ func firstTrue(clock int64, ok func(int64) bool) int64 {
 	return hi
 }
 
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b } // a >= 0, b > 0
-
 func floorDiv(a, b int64) int64 { // b > 0
 	q := a / b
 	if a%b != 0 && a < 0 {
@@ -228,21 +267,14 @@ func floorDiv(a, b int64) int64 { // b > 0
 	return q
 }
 
-// drain is max(0, level - dt*rate), without overflow.
-func drain(level, dt, rate int64) int64 {
-	if level <= 0 || dt >= ceilDiv(level, rate) {
-		return 0
-	}
-	return level - dt*rate
-}
-
-// refTokenBucket: capacity tokens, refilled continuously at rate per
-// period, initially full. Tokens are counted in 1/period of a token, so the
-// refill is exactly rate per µs.
+// refTokenBucket: capacity tokens, refilled by rate scaled units per tick,
+// initially full; levels are kept in scaled units as the Limit's period
+// counts them (the period in ticks over the gcd), and carried to another
+// Limit's scale rounded down, as doubles compute it.
 type refTokenBucket struct {
-	period, rate, full int64
-	has                bool
-	level, t           int64 // tokens at t (scaled)
+	p            params
+	has          bool
+	level, t, sc int64 // tokens at t, in the scale sc
 }
 
 func (b *refTokenBucket) effective(clock int64) int64 {
@@ -252,39 +284,67 @@ func (b *refTokenBucket) effective(clock int64) int64 {
 	return clock
 }
 
-func (b *refTokenBucket) tokens(now int64) int64 {
+// at is the level and its time as a call at now finds them.
+func (b *refTokenBucket) at(now int64) (tokens, t int64) {
+	full := b.p.capacity * b.p.period
 	if !b.has {
-		return b.full
+		return full, now
 	}
-	return b.full - drain(b.full-b.level, now-b.t, b.rate)
+	level := b.level
+	if b.sc != b.p.period {
+		level = int64(math.Floor(float64(level) / float64(b.sc) * float64(b.p.period)))
+	}
+	level = min(level, full)
+	ticks := floorDiv(now-b.t, b.p.tick)
+	if level < full && ticks < ceilDiv(full-level, b.p.rate) {
+		return level + ticks*b.p.rate, b.t + ticks*b.p.tick
+	}
+	return full, now
 }
 
-func (b *refTokenBucket) touch(int64) bool       { return false }
-func (b *refTokenBucket) fits(now, n int64) bool { return b.tokens(now) >= n*b.period }
+func (b *refTokenBucket) touch(int64) bool   { return false }
+func (b *refTokenBucket) blocked(int64) bool { return false }
+func (b *refTokenBucket) fits(now, n int64) bool {
+	tokens, _ := b.at(now)
+	return tokens >= n*b.p.period
+}
 func (b *refTokenBucket) remaining(now int64) int64 {
-	return max(0, b.tokens(now)/b.period)
+	tokens, _ := b.at(now)
+	return max(0, floorDiv(tokens, b.p.period))
 }
-func (b *refTokenBucket) delay(int64) int64 { return 0 }
+func (b *refTokenBucket) drained(int64) int64 { return 0 }
+func (b *refTokenBucket) set(tokens, t int64) {
+	b.level, b.t, b.sc, b.has = tokens, t, b.p.period, true
+}
 func (b *refTokenBucket) commit(now, n int64) {
-	b.level, b.t, b.has = b.tokens(now)-n*b.period, now, true
+	tokens, t := b.at(now)
+	b.set(tokens-n*b.p.period, t)
 }
-func (b *refTokenBucket) refund(now, n int64) bool {
-	tokens := b.tokens(now)
-	if tokens >= b.full {
+func (b *refTokenBucket) refund(_, now, n, stamp int64) bool {
+	tokens, t := b.at(now)
+	give := n*b.p.period - ceilDiv(max(0, now-stamp), b.p.tick)*b.p.rate
+	full := b.p.capacity * b.p.period
+	if give <= 0 || tokens >= full {
 		return false
 	}
-	b.level, b.t, b.has = min(b.full, tokens+n*b.period), now, true
+	b.set(min(full, tokens+give), t)
 	return true
 }
-func (b *refTokenBucket) gone() bool    { return false }
-func (b *refTokenBucket) clone() refAlg { c := *b; return &c }
+func (b *refTokenBucket) charge(_, now, n int64) bool {
+	tokens, t := b.at(now)
+	b.set(tokens-n*b.p.period, t)
+	return true
+}
+func (b *refTokenBucket) gone(int64) bool            { return false }
+func (b *refTokenBucket) setLimit(p params, _ Limit) { b.p = p }
+func (b *refTokenBucket) clone() refAlg              { c := *b; return &c }
 
-// refLeakyBucket: a queue of at most capacity units that drains at rate per
-// period; an admitted request waits until the queue ahead of it has drained.
+// refLeakyBucket: a queue that drains by rate scaled units per tick; an
+// admitted request waits until the queue ahead of it has drained.
 type refLeakyBucket struct {
-	period, rate, full int64
-	has                bool
-	level, t           int64 // queued at t (scaled)
+	p            params
+	has          bool
+	level, t, sc int64 // queued at t, in the scale sc
 }
 
 func (b *refLeakyBucket) effective(clock int64) int64 {
@@ -294,194 +354,374 @@ func (b *refLeakyBucket) effective(clock int64) int64 {
 	return clock
 }
 
-func (b *refLeakyBucket) queued(now int64) int64 {
+func (b *refLeakyBucket) at(now int64) (queued, t int64) {
 	if !b.has {
+		return 0, now
+	}
+	level := b.level
+	if b.sc != b.p.period {
+		level = int64(math.Ceil(float64(level) / float64(b.sc) * float64(b.p.period)))
+	}
+	ticks := floorDiv(now-b.t, b.p.tick)
+	if level > 0 && ticks < ceilDiv(level, b.p.rate) {
+		return level - ticks*b.p.rate, b.t + ticks*b.p.tick
+	}
+	return 0, now
+}
+
+func (b *refLeakyBucket) touch(int64) bool   { return false }
+func (b *refLeakyBucket) blocked(int64) bool { return false }
+func (b *refLeakyBucket) fits(now, n int64) bool {
+	q, _ := b.at(now)
+	return q+n*b.p.period <= b.p.capacity*b.p.period
+}
+func (b *refLeakyBucket) remaining(now int64) int64 {
+	q, _ := b.at(now)
+	return max(0, floorDiv(b.p.capacity*b.p.period-q, b.p.period))
+}
+func (b *refLeakyBucket) drained(now int64) int64 {
+	q, t := b.at(now)
+	if q == 0 {
 		return 0
 	}
-	return drain(b.level, now-b.t, b.rate)
+	return t + ceilDiv(q, b.p.rate)*b.p.tick
 }
-
-func (b *refLeakyBucket) touch(int64) bool       { return false }
-func (b *refLeakyBucket) fits(now, n int64) bool { return b.queued(now)+n*b.period <= b.full }
-func (b *refLeakyBucket) remaining(now int64) int64 {
-	return max(0, (b.full-b.queued(now))/b.period)
-}
-func (b *refLeakyBucket) delay(now int64) int64 { return ceilDiv(b.queued(now), b.rate) }
+func (b *refLeakyBucket) set(q, t int64) { b.level, b.t, b.sc, b.has = q, t, b.p.period, true }
 func (b *refLeakyBucket) commit(now, n int64) {
-	b.level, b.t, b.has = b.queued(now)+n*b.period, now, true
+	q, t := b.at(now)
+	b.set(q+n*b.p.period, t)
 }
-func (b *refLeakyBucket) refund(now, n int64) bool {
-	q := b.queued(now)
-	if q == 0 {
+func (b *refLeakyBucket) refund(_, now, n, stamp int64) bool {
+	q, t := b.at(now)
+	give := n*b.p.period - ceilDiv(max(0, now-stamp), b.p.tick)*b.p.rate
+	if give <= 0 || q == 0 {
 		return false
 	}
-	b.level, b.t, b.has = max(0, q-n*b.period), now, true
+	b.set(max(0, q-give), t)
 	return true
 }
-func (b *refLeakyBucket) gone() bool    { return false }
-func (b *refLeakyBucket) clone() refAlg { c := *b; return &c }
+func (b *refLeakyBucket) charge(_, now, n int64) bool {
+	q, t := b.at(now)
+	b.set(q+n*b.p.period, t)
+	return true
+}
+func (b *refLeakyBucket) gone(int64) bool            { return false }
+func (b *refLeakyBucket) setLimit(p params, _ Limit) { b.p = p }
+func (b *refLeakyBucket) clone() refAlg              { c := *b; return &c }
 
-// refFixedWindow: at most rate units in each window [k*period, (k+1)*period)
-// of Unix time.
+// refFixedWindow: at most rate units in each window [k*period,
+// (k+1)*period) of Unix time; a window that began off that grid (under
+// another period) is followed, not overlapped.
 type refFixedWindow struct {
 	period, rate int64
 	has          bool
 	start, count int64
 }
 
-func (w *refFixedWindow) effective(clock int64) int64 {
-	if w.has && w.start > clock {
-		return w.start
-	}
-	return clock
-}
+func (w *refFixedWindow) effective(clock int64) int64 { return clock }
 
-func (w *refFixedWindow) window(now int64) (start, count int64) {
+func (w *refFixedWindow) window(now int64) (start, count int64, ahead bool) {
 	if w.has && now < w.start+w.period {
-		return w.start, w.count
+		return w.start, w.count, w.start > now
 	}
+	s := floorDiv(now, w.period) * w.period
 	if w.has {
-		return max(floorDiv(now, w.period)*w.period, w.start+w.period), 0
+		s = max(s, w.start+w.period)
 	}
-	return floorDiv(now, w.period) * w.period, 0
+	return s, 0, false
 }
 
 func (w *refFixedWindow) touch(int64) bool { return false }
+func (w *refFixedWindow) blocked(now int64) bool {
+	_, _, ahead := w.window(now)
+	return ahead
+}
 func (w *refFixedWindow) fits(now, n int64) bool {
-	_, c := w.window(now)
+	_, c, _ := w.window(now)
 	return c+n <= w.rate
 }
 func (w *refFixedWindow) remaining(now int64) int64 {
-	_, c := w.window(now)
+	_, c, _ := w.window(now)
 	return max(0, w.rate-c)
 }
-func (w *refFixedWindow) delay(int64) int64 { return 0 }
+func (w *refFixedWindow) drained(int64) int64 { return 0 }
 func (w *refFixedWindow) commit(now, n int64) {
-	s, c := w.window(now)
+	s, c, _ := w.window(now)
 	w.start, w.count, w.has = s, c+n, true
 }
-func (w *refFixedWindow) refund(now, n int64) bool {
-	s, c := w.window(now)
-	if c == 0 {
+func (w *refFixedWindow) refund(_, now, n, stamp int64) bool {
+	s, c, ahead := w.window(now)
+	if ahead || stamp < s || stamp >= s+w.period || c == 0 {
 		return false
 	}
 	w.start, w.count, w.has = s, max(0, c-n), true
 	return true
 }
-func (w *refFixedWindow) gone() bool    { return false }
+func (w *refFixedWindow) charge(_, now, n int64) bool {
+	s, c, _ := w.window(now)
+	c += n
+	if c > w.rate {
+		k := ceilDiv(c, w.rate) - 1
+		s, c = s+k*w.period, c-k*w.rate
+	}
+	w.start, w.count, w.has = s, c, true
+	return true
+}
+func (w *refFixedWindow) gone(int64) bool { return false }
+func (w *refFixedWindow) setLimit(p params, _ Limit) {
+	w.period, w.rate = p.period, p.rate
+}
 func (w *refFixedWindow) clone() refAlg { c := *w; return &c }
 
-// refSlidingWindow: at most rate units admitted in any interval
-// (now-period, now]; a log of every admission. Its time is the later of the
-// clock and the last time the log was written (an admission or a trim), so
-// admissions trimmed once never count again after a clock step back.
+// refSlidingWindow: at most rate units in any interval (now-period, now]:
+// a list of entries, one per request, or, above capEntries requests per
+// window, one per request or group of requests within period/capEntries
+// of each other, each leaving the window with its last request.
 type refSlidingWindow struct {
 	period, rate int64
-	log          []refAdmission // by time, ascending
-	floor        int64          // when the log was last written; 0 with an empty log
+	entries      []refEntry // by time, ascending
+	total        int64      // units ever admitted
+	trimmed      int64      // total before the oldest entry
+	credits      []refCredit
 }
 
-type refAdmission struct{ t, n int64 }
+type refEntry struct{ t, w, s int64 } // time, units, total through it
 
-func (w *refSlidingWindow) effective(clock int64) int64 {
-	if len(w.log) > 0 && w.floor > clock {
-		return w.floor
+type refCredit struct{ s, r int64 } // r units refunded from the entry holding unit s
+
+const capEntries = 1024
+
+func (w *refSlidingWindow) effective(clock int64) int64 { return clock }
+
+// left is what has left the window ending at now: the total before the
+// first entry still in it.
+func (w *refSlidingWindow) left(now int64) int64 {
+	out := w.trimmed
+	for _, e := range w.entries {
+		if e.t > now-w.period {
+			break
+		}
+		out = e.s
 	}
-	return clock
+	return out
 }
 
-func (w *refSlidingWindow) touch(now int64) bool {
+func (w *refSlidingWindow) count(now int64) int64 {
+	left := w.left(now)
+	c := w.total - left
+	for _, cr := range w.credits {
+		if cr.s > left {
+			c -= cr.r
+		}
+	}
+	return c
+}
+
+func (w *refSlidingWindow) newest() int64 {
+	if len(w.entries) == 0 {
+		return 0
+	}
+	return w.entries[len(w.entries)-1].t
+}
+
+func (w *refSlidingWindow) touch(clock int64) bool {
 	i := 0
-	for i < len(w.log) && w.log[i].t <= now-w.period {
+	for i < len(w.entries) && w.entries[i].t <= clock-w.period {
+		w.trimmed = w.entries[i].s
 		i++
 	}
 	if i == 0 {
 		return false
 	}
-	w.log = w.log[i:len(w.log):len(w.log)]
-	w.floor = now
+	w.entries = w.entries[i:len(w.entries):len(w.entries)]
+	if len(w.entries) == 0 {
+		w.trimmed = w.total
+	}
+	kept := w.credits[:0:0]
+	for _, cr := range w.credits {
+		if cr.s > w.trimmed {
+			kept = append(kept, cr)
+		}
+	}
+	w.credits = kept
 	return true
 }
 
-func (w *refSlidingWindow) count(now int64) int64 {
-	var c int64
-	for i := len(w.log) - 1; i >= 0 && w.log[i].t > now-w.period; i-- {
-		c += w.log[i].n
+func (w *refSlidingWindow) blocked(now int64) bool { return w.newest() > now }
+func (w *refSlidingWindow) fits(now, n int64) bool { return w.count(now)+n <= w.rate }
+func (w *refSlidingWindow) remaining(now int64) int64 {
+	return min(w.rate, max(0, w.rate-w.count(now)))
+}
+func (w *refSlidingWindow) drained(int64) int64 { return 0 }
+
+func (w *refSlidingWindow) add(t, units int64) {
+	w.total += units
+	if m := len(w.entries); m > 0 {
+		last := &w.entries[m-1]
+		q := ceilDiv(w.period, capEntries)
+		if last.t == t || m > capEntries || w.rate > capEntries && floorDiv(last.t, q) == floorDiv(t, q) {
+			w.entries = append(w.entries[:m-1:m-1], refEntry{t, last.w + units, w.total})
+			return
+		}
 	}
-	return c
+	w.entries = append(w.entries[:len(w.entries):len(w.entries)], refEntry{t, units, w.total})
 }
 
-func (w *refSlidingWindow) fits(now, n int64) bool    { return w.count(now)+n <= w.rate }
-func (w *refSlidingWindow) remaining(now int64) int64 { return max(0, w.rate-w.count(now)) }
-func (w *refSlidingWindow) delay(int64) int64         { return 0 }
-func (w *refSlidingWindow) commit(now, n int64) {
-	w.log = append(w.log[:len(w.log):len(w.log)], refAdmission{now, n})
-	w.floor = now
+func (w *refSlidingWindow) commit(now, n int64) { w.add(now, n) }
+
+func (w *refSlidingWindow) refund(clock, _, n, stamp int64) bool {
+	if len(w.entries) == 0 || stamp <= clock-w.period {
+		return false
+	}
+	i := 0
+	for i < len(w.entries) && w.entries[i].t < stamp {
+		i++
+	}
+	if i == len(w.entries) {
+		return false
+	}
+	e := w.entries[i]
+	w.credits = append([]refCredit(nil), w.credits...)
+	at, have := -1, int64(0)
+	for j, cr := range w.credits {
+		if cr.s == e.s {
+			at, have = j, cr.r
+		}
+	}
+	r := min(n, e.w-have)
+	if r <= 0 {
+		return false
+	}
+	if at < 0 {
+		w.credits = append(w.credits, refCredit{e.s, 0})
+		at = len(w.credits) - 1
+	}
+	w.credits[at].r += r
+	if len(w.credits) > 8 {
+		// Fold the credit of the oldest entry into the next.
+		lo, lo2 := -1, -1
+		for j, cr := range w.credits {
+			if lo < 0 || cr.s < w.credits[lo].s {
+				lo2, lo = lo, j
+			} else if lo2 < 0 || cr.s < w.credits[lo2].s {
+				lo2 = j
+			}
+		}
+		w.credits[lo].r += w.credits[lo2].r
+		w.credits = append(w.credits[:lo2:lo2], w.credits[lo2+1:]...)
+	}
+	return true
 }
-func (w *refSlidingWindow) refund(int64, int64) bool { panic("the sliding window cannot refund") }
-func (w *refSlidingWindow) gone() bool               { return len(w.log) == 0 }
+
+func (w *refSlidingWindow) charge(clock, _, n int64) bool {
+	total := w.count(clock) + n
+	t0 := max(clock, w.newest())
+	if total <= w.rate {
+		w.add(t0, n)
+		return true
+	}
+	k := ceilDiv(total, w.rate) - 1
+	w.add(t0+k*w.period, total-k*w.rate)
+	return true
+}
+
+func (w *refSlidingWindow) gone(clock int64) bool { return w.count(clock) <= 0 }
+func (w *refSlidingWindow) setLimit(p params, _ Limit) {
+	w.period, w.rate = p.period, p.rate
+}
 func (w *refSlidingWindow) clone() refAlg {
 	c := *w
-	c.log = append([]refAdmission(nil), w.log...)
+	c.entries = append([]refEntry(nil), w.entries...)
+	c.credits = append([]refCredit(nil), w.credits...)
 	return &c
 }
 
 // refSlidingWindowCounter: the estimate for (now-period, now] is the count
 // of the current fixed window plus the previous window's count weighted by
-// the fraction of it still inside; at most rate.
+// the whole ticks of it still inside; at most rate.
 type refSlidingWindowCounter struct {
-	period, rate       int64
+	p                  params
 	has                bool
 	start, count, prev int64
 }
 
-func (w *refSlidingWindowCounter) effective(clock int64) int64 {
-	if w.has && w.start > clock {
-		return w.start
-	}
-	return clock
-}
+func (w *refSlidingWindowCounter) effective(clock int64) int64 { return clock }
 
-func (w *refSlidingWindowCounter) window(now int64) (start, count, prev int64) {
+func (w *refSlidingWindowCounter) window(now int64) (start, count, prev int64, ahead bool) {
+	period := w.p.period
 	switch {
-	case !w.has || now >= w.start+2*w.period:
-		return floorDiv(now, w.period) * w.period, 0, 0
-	case now >= w.start+w.period:
-		return w.start + w.period, 0, w.count
-	default:
-		return w.start, w.count, w.prev
+	case w.has && now < w.start+period:
+		return w.start, w.count, w.prev, w.start > now
+	case w.has && now < w.start+2*period:
+		return w.start + period, 0, w.count, false
 	}
+	s := floorDiv(now, period) * period
+	if w.has {
+		s = max(s, w.start+2*period)
+	}
+	return s, 0, 0, false
 }
 
-// estimate is the sliding count at now, times period.
+func (w *refSlidingWindowCounter) ticks() int64 { return ceilDiv(w.p.period, w.p.tick) }
+
+// estimate is the sliding count at now, times the period in ticks.
 func (w *refSlidingWindowCounter) estimate(now int64) int64 {
-	s, c, p := w.window(now)
-	return p*(w.period-(now-s)) + c*w.period
+	s, c, p, ahead := w.window(now)
+	t0 := now
+	if ahead {
+		t0 = s
+	}
+	weight := w.ticks() - floorDiv(t0-s, w.p.tick)
+	return p*weight + c*w.ticks()
 }
 
 func (w *refSlidingWindowCounter) touch(int64) bool { return false }
+func (w *refSlidingWindowCounter) blocked(now int64) bool {
+	_, _, _, ahead := w.window(now)
+	return ahead
+}
 func (w *refSlidingWindowCounter) fits(now, n int64) bool {
-	return w.estimate(now)+n*w.period <= w.rate*w.period
+	return w.estimate(now)+n*w.ticks() <= w.p.rate*w.ticks()
 }
 func (w *refSlidingWindowCounter) remaining(now int64) int64 {
-	return max(0, floorDiv(w.rate*w.period-w.estimate(now), w.period))
+	return max(0, floorDiv(w.p.rate*w.ticks()-w.estimate(now), w.ticks()))
 }
-func (w *refSlidingWindowCounter) delay(int64) int64 { return 0 }
+func (w *refSlidingWindowCounter) drained(int64) int64 { return 0 }
 func (w *refSlidingWindowCounter) commit(now, n int64) {
-	s, c, p := w.window(now)
+	s, c, p, _ := w.window(now)
 	w.start, w.count, w.prev, w.has = s, c+n, p, true
 }
-func (w *refSlidingWindowCounter) refund(now, n int64) bool {
-	s, c, p := w.window(now)
-	if c == 0 && p == 0 {
+func (w *refSlidingWindowCounter) refund(_, now, n, stamp int64) bool {
+	s, c, p, ahead := w.window(now)
+	if ahead {
 		return false
 	}
-	fromCount := min(c, n)
-	w.start, w.count, w.prev, w.has = s, c-fromCount, max(0, p-(n-fromCount)), true
+	c2, p2 := c, p
+	switch period := w.p.period; {
+	case stamp >= s && stamp < s+period:
+		c2 = c - min(c, n)
+	case stamp >= s-period && stamp < s:
+		p2 = p - min(p, n)
+	}
+	if c2 == c && p2 == p {
+		return false
+	}
+	w.start, w.count, w.prev, w.has = s, c2, p2, true
 	return true
 }
-func (w *refSlidingWindowCounter) gone() bool    { return false }
-func (w *refSlidingWindowCounter) clone() refAlg { c := *w; return &c }
+func (w *refSlidingWindowCounter) charge(_, now, n int64) bool {
+	s, c, p, _ := w.window(now)
+	c += n
+	if c > w.p.rate {
+		k := ceilDiv(c, w.p.rate) - 1
+		s, c, p = s+k*w.p.period, c-k*w.p.rate, w.p.rate
+	}
+	w.start, w.count, w.prev, w.has = s, c, p, true
+	return true
+}
+func (w *refSlidingWindowCounter) gone(int64) bool            { return false }
+func (w *refSlidingWindowCounter) setLimit(p params, _ Limit) { w.p = p }
+func (w *refSlidingWindowCounter) clone() refAlg              { c := *w; return &c }
 
 // TestModelSelfCheck pins the model itself to hand-computed decisions, so
 // that the property tests below compare the scripts with something known
@@ -490,10 +730,11 @@ func TestModelSelfCheck(t *testing.T) {
 	const s = int64(time.Second / time.Microsecond)
 	e := redistest.Epoch.UnixMicro() // a whole second
 	type call struct {
-		at   int64 // µs after Epoch
-		n    int64
-		mode int
-		want refResult // ttl, deleted and keep not compared
+		at    int64 // µs after Epoch
+		n     int64
+		mode  int
+		stamp int64 // µs after Epoch, for a refund
+		want  refResult
 	}
 	tests := []struct {
 		name  string
@@ -501,46 +742,62 @@ func TestModelSelfCheck(t *testing.T) {
 		calls []call
 	}{
 		{"token bucket 3/s", PerSecond(3), []call{
-			{0, 3, modeConsume, refResult{allowed: true, granted: 3, remaining: 0, reset: s}},
-			{0, 1, modeConsume, refResult{remaining: 0, retry: 333334, reset: s}},
-			{333333, 1, modeConsume, refResult{remaining: 0, retry: 1, reset: s - 333333}},
-			{333334, 1, modeConsume, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
-			{333334, 2, modeRefund, refResult{remaining: 2, reset: 333333}},
-			{333334, 5, modeAtMost, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
-			{-5 * s, 1, modeConsume, refResult{remaining: 0, retry: 5*s + 666667, reset: 6*s + 333334}}, // 5.333334s behind the bucket
+			{0, 3, modeConsume, 0, refResult{allowed: true, granted: 3, remaining: 0, reset: s}},
+			{0, 1, modeConsume, 0, refResult{remaining: 0, retry: 333334, reset: s}},
+			{333333, 1, modeConsume, 0, refResult{remaining: 0, retry: 1, reset: s - 333333}},
+			{333334, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
+			// Two units taken 333334µs ago: one has refilled since.
+			{333334, 2, modeRefund, 0, refResult{remaining: 1, reset: 666667}},
+			{333334, 5, modeAtMost, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
+			// A debt of 3: the next unit comes after 4 thirds of a second.
+			{333334, 3, modeCharge, 0, refResult{remaining: 0, reset: 2 * s}},
+			{333334, 1, modeConsume, 0, refResult{remaining: 0, retry: s + 333334, reset: 2 * s}},
 		}},
 		{"leaky bucket 10/s burst 3", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 3}, []call{
-			{0, 1, modeConsume, refResult{allowed: true, granted: 1, remaining: 2, reset: s / 10}},
-			{0, 1, modeConsume, refResult{allowed: true, granted: 1, remaining: 1, reset: 2 * s / 10, delay: s / 10}},
-			{0, 1, modeConsume, refResult{allowed: true, granted: 1, remaining: 0, reset: 3 * s / 10, delay: 2 * s / 10}},
-			{0, 1, modeConsume, refResult{remaining: 0, retry: s / 10, reset: 3 * s / 10}},
-			{s / 20, 1, modeConsume, refResult{remaining: 0, retry: s / 20, reset: 5 * s / 20}},
+			{0, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 2, reset: s / 10}},
+			{0, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 1, reset: 2 * s / 10, delay: s / 10}},
+			{0, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: 3 * s / 10, delay: 2 * s / 10}},
+			{0, 1, modeConsume, 0, refResult{remaining: 0, retry: s / 10, reset: 3 * s / 10}},
+			{s / 20, 1, modeConsume, 0, refResult{remaining: 0, retry: s / 20, reset: 5 * s / 20}},
 		}},
 		{"fixed window 2/s", Limit{Algorithm: FixedWindow, Rate: 2, Period: time.Second}, []call{
-			{s / 2, 2, modeConsume, refResult{allowed: true, granted: 2, remaining: 0, reset: s / 2}},
-			{s - 1, 1, modeConsume, refResult{remaining: 0, retry: 1, reset: 1}},
-			{s, 2, modeConsume, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
+			{s / 2, 2, modeConsume, 0, refResult{allowed: true, granted: 2, remaining: 0, reset: s / 2}},
+			{s - 1, 1, modeConsume, 0, refResult{remaining: 0, retry: 1, reset: 1}},
+			// A unit of the last window refunded in this one gives nothing back.
+			{s, 1, modeRefund, s / 2, refResult{remaining: 2}},
+			{s, 2, modeConsume, 0, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
+			{s, 1, modeRefund, s, refResult{remaining: 1, reset: s}},
+			// 1 + 4 charged: 2 here, 2 next window, 1 the window after.
+			{s, 4, modeCharge, 0, refResult{remaining: 0, reset: 3 * s}},
+			{2 * s, 1, modeConsume, 0, refResult{remaining: 0, retry: s, reset: 2 * s}},
+			{3 * s, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
 		}},
 		{"sliding window 3/s weighted", Limit{Algorithm: SlidingWindow, Rate: 3, Period: time.Second}, []call{
-			{0, 1, modeConsume, refResult{allowed: true, granted: 1, remaining: 2, reset: s}},
-			{s / 2, 2, modeConsume, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
-			{s / 2, 1, modeConsume, refResult{remaining: 0, retry: s / 2, reset: s}},
+			{0, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 2, reset: s}},
+			{s / 2, 2, modeConsume, 0, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
+			{s / 2, 1, modeConsume, 0, refResult{remaining: 0, retry: s / 2, reset: s}},
 			// 2 of the 3 units entered at s/2, so 2 must wait for them.
-			{s, 2, modeConsume, refResult{remaining: 1, retry: s / 2, reset: s / 2}},
-			{s, 3, modeAtMost, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
+			{s, 2, modeConsume, 0, refResult{remaining: 1, retry: s / 2, reset: s / 2}},
+			// One of them given back: it counts no more.
+			{s, 1, modeRefund, s / 2, refResult{remaining: 2, reset: s / 2}},
+			{s, 3, modeAtMost, 0, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
 		}},
 		{"sliding window counter 4/s", Limit{Algorithm: SlidingWindowCounter, Rate: 4, Period: time.Second}, []call{
-			{0, 4, modeConsume, refResult{allowed: true, granted: 4, remaining: 0, reset: 2 * s}},
+			{0, 4, modeConsume, 0, refResult{allowed: true, granted: 4, remaining: 0, reset: 2 * s}},
 			// next window: prev 4 weighs 4*(1-1/4) = 3 at 1.25s.
-			{s + s/4, 1, modeConsume, refResult{allowed: true, granted: 1, remaining: 0, reset: 2*s - s/4}},
-			{s + s/4, 1, modeConsume, refResult{remaining: 0, retry: s / 4, reset: 2*s - s/4}},
+			{s + s/4, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: 2*s - s/4}},
+			{s + s/4, 1, modeConsume, 0, refResult{remaining: 0, retry: s / 4, reset: 2*s - s/4}},
+			// A unit of this window, refunded: out of count, and prev's 3
+			// leave room for it again.
+			{s + s/4, 1, modeRefund, s + s/4, refResult{remaining: 1, reset: 3 * s / 4}},
+			{s + s/4, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: 2*s - s/4}},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newRefModel(tt.lim)
 			for i, c := range tt.calls {
-				got := m.decide(e+c.at, c.n, c.mode)
+				got := m.decide(e+c.at, c.n, c.mode, e+c.stamp)
 				got.ttl, got.deleted, got.keep = 0, false, 0
 				if got != c.want {
 					t.Fatalf("call %d (at %+dµs, n=%d, mode %d): got %+v, want %+v", i, c.at, c.n, c.mode, got, c.want)
@@ -550,10 +807,12 @@ func TestModelSelfCheck(t *testing.T) {
 	}
 }
 
-// propCase is one Limit driven through random sequences.
+// propCase is one Limit driven through random sequences, with others of
+// its algorithm that it changes to and back (higher and lower).
 type propCase struct {
 	name  string
 	lim   Limit
+	alts  []Limit
 	maxN  int // largest n drawn (capped at the capacity)
 	steps int // per seed
 }
@@ -564,41 +823,48 @@ func propCases() []propCase {
 	}
 	var cases []propCase
 	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
-		add := func(name string, lim Limit, maxN, steps int) {
+		add := func(name string, lim Limit, maxN, steps int, alts ...Limit) {
 			lim.Algorithm = a
-			cases = append(cases, propCase{a.String() + "/" + name, lim, maxN, steps})
+			for i := range alts {
+				alts[i].Algorithm = a
+			}
+			cases = append(cases, propCase{a.String() + "/" + name, lim, alts, maxN, steps})
 		}
 		add("1 per hour", PerHour(1), 1, 60)
-		add("3 per second", PerSecond(3), 3, 120)
-		add("7 per 3s n<=7", Limit{Rate: 7, Period: 3 * time.Second}, 7, 120)
+		add("3 per second", PerSecond(3), 3, 120, PerSecond(1), PerSecond(7), Limit{Rate: 3, Period: 2 * time.Second})
+		add("7 per 3s n<=7", Limit{Rate: 7, Period: 3 * time.Second}, 7, 120, Limit{Rate: 2, Period: 3 * time.Second})
 		add("3 per 7µs", Limit{Rate: 3, Period: 7 * time.Microsecond}, 2, 100)
 		add("1 per µs", Limit{Rate: 1, Period: time.Microsecond}, 1, 60)
-		add("1000 per minute", PerMinute(1000), 1000, 80)
-		add("100000 per second", PerSecond(100000), 100000, 80)
+		add("1000 per minute", PerMinute(1000), 1000, 80, PerMinute(100), PerMinute(5000))
+		add("100000 per second", PerSecond(100000), 100000, 80, PerSecond(10), PerSecond(300000))
+		// Beyond the sliding window's exact log: entries group by 1/1024th.
+		add("5000 per 10ms", Limit{Rate: 5000, Period: 10 * time.Millisecond}, 3, 200)
+		// Too large for exact µs: buckets and counters count in ticks.
+		add("1e9 per year", Limit{Rate: 999_999_937, Period: 365 * 24 * time.Hour}, 1_000_000, 60)
 		if a == TokenBucket || a == LeakyBucket {
 			add("5 per hour burst 2", Limit{Rate: 5, Period: time.Hour, Burst: 2}, 2, 80)
-			add("2 per second burst 9", Limit{Rate: 2, Period: time.Second, Burst: 9}, 9, 120)
-			add("10 per second burst 3", Limit{Rate: 10, Period: time.Second, Burst: 3}, 3, 120)
+			add("2 per second burst 9", Limit{Rate: 2, Period: time.Second, Burst: 9}, 9, 120, Limit{Rate: 2, Period: time.Second, Burst: 3})
+			add("10 per second burst 3", Limit{Rate: 10, Period: time.Second, Burst: 3}, 3, 120, Limit{Rate: 10, Period: time.Second, Burst: 30})
 		}
 	}
 	cases = append(cases,
-		propCase{"leaky_bucket/10 per second max delay 350ms", lb(10, time.Second, 0, 350*time.Millisecond), 3, 120},
-		propCase{"leaky_bucket/3 per second burst 7 max delay 1s", lb(3, time.Second, 7, time.Second), 4, 120},
-		propCase{"leaky_bucket/1 per hour burst 3 max delay 90m", lb(1, time.Hour, 3, 90*time.Minute), 2, 80},
+		propCase{"leaky_bucket/10 per second max delay 350ms", lb(10, time.Second, 0, 350*time.Millisecond), nil, 3, 120},
+		propCase{"leaky_bucket/3 per second burst 7 max delay 1s", lb(3, time.Second, 7, time.Second), []Limit{lb(3, time.Second, 2, 0)}, 4, 120},
+		propCase{"leaky_bucket/1 per hour burst 3 max delay 90m", lb(1, time.Hour, 3, 90*time.Minute), nil, 2, 80},
 	)
 	return cases
 }
 
 // TestScriptsMatchModel drives each script on miniredis and the model
 // through the same seeded random sequences of (time step, n, mode), with
-// clock steps back and batches of requests decided at one instant, and
-// demands identical Results and TTLs on every step, and the invariants of
-// Result.
+// clock steps back, Limit changes, refunds of earlier takes, charges, and
+// batches of requests decided at one instant, and demands identical
+// Results and TTLs on every step, and the invariants of Result.
 func TestScriptsMatchModel(t *testing.T) {
 	for _, pc := range propCases() {
 		t.Run(pc.name, func(t *testing.T) {
 			t.Parallel()
-			for seed := uint64(1); seed <= 2; seed++ {
+			for seed := uint64(1); seed <= propSeeds(); seed++ {
 				runProp(t, pc, seed, true, true)
 			}
 		})
@@ -619,21 +885,19 @@ func TestScriptsMatchModelWithoutExpiry(t *testing.T) {
 
 // harness is one key on miniredis and its model, moved through time together.
 type harness struct {
-	t        *testing.T
-	ctx      context.Context
-	mr       *miniredis.Miniredis
-	rdb      *redis.Client
-	l        *Limiter
-	lim      Limit
-	model    *refModel
-	expire   bool  // the model forgets its state when the key expires
-	clock    int64 // Unix µs
-	ttl      int64 // µs until miniredis expires the key; 0: no key
-	end      int64 // the key's end as the scripts keep it, ms
-	keys     []string
-	history  []string
-	refunds  bool // the algorithm can refund
-	capacity int64
+	t       *testing.T
+	ctx     context.Context
+	mr      *miniredis.Miniredis
+	rdb     *redis.Client
+	l       *Limiter
+	lim     Limit
+	model   *refModel
+	expire  bool  // the model forgets its state when the key expires
+	clock   int64 // Unix µs
+	ttl     int64 // µs until miniredis expires the key; 0: no key
+	end     int64 // the key's end as the scripts keep it, ms
+	keys    []string
+	history []string
 }
 
 func newHarness(t *testing.T, lim Limit, expire bool) *harness {
@@ -647,15 +911,14 @@ func newHarness(t *testing.T, lim Limit, expire bool) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = l.Close() })
 	h := &harness{
 		t: t, ctx: context.Background(), mr: mr, rdb: rdb, l: l,
 		lim:   lim,
 		model: newRefModel(lim), expire: expire,
-		clock:    redistest.Epoch.UnixMicro(),
-		refunds:  algorithms[lim.Algorithm].refund,
-		capacity: int64(lim.Capacity()),
+		clock: redistest.Epoch.UnixMicro(),
 	}
-	h.keys = stateKeys(nil, "model", "k", lim.Algorithm, 0)
+	h.keys = stateKeys(nil, "model", "k", lim.row(), 0)
 	return h
 }
 
@@ -676,24 +939,25 @@ func (h *harness) advance(dt int64) {
 	}
 }
 
-// request is one request of a step.
-type request struct {
-	n    int64
-	mode int
+// modelRequest is one request of a step; stamp is a refund's take.
+type modelRequest struct {
+	n     int64
+	mode  int
+	stamp int64
 }
 
 // call makes the requests on key, in one script call, in both the script
 // and m.
-func (h *harness) call(key string, m *refModel, reqs []request) (got, want []Result, ws []refResult) {
+func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want []Result, ws []refResult) {
 	h.t.Helper()
-	pr, err := h.l.prepare(h.lim)
+	pl, err := h.l.plans.of(h.lim)
 	if err != nil {
-		h.fatalf("prepare: %v", err)
+		h.fatalf("plan: %v", err)
 	}
 	calls := make([]*pending, len(reqs))
 	for i, r := range reqs {
-		c := &pending{n: int(r.n), mode: r.mode}
-		c.nkeys = copy(c.keys[:], stateKeys(nil, "model", key, h.lim.Algorithm, 0))
+		c := &pending{rq: request{key: key, pl: pl, n: int(r.n), mode: r.mode, taken: r.stamp}}
+		c.nkeys = copy(c.keys[:], stateKeys(nil, "model", key, h.lim.row(), 0))
 		calls[i] = c
 	}
 	if len(reqs) == 1 {
@@ -707,24 +971,27 @@ func (h *harness) call(key string, m *refModel, reqs []request) (got, want []Res
 		case modePeek:
 			res, err = h.l.Peek(h.ctx, key, h.lim)
 		case modeRefund:
-			err = h.l.Refund(h.ctx, key, h.lim, int(r.n))
+			err = h.l.Refund(h.ctx, key, h.lim, Result{Granted: int(r.n), stamp: r.stamp})
+		case modeCharge:
+			_, err = h.l.Settle(h.ctx, key, h.lim, Result{}, int(r.n))
 		}
-		calls[0].res, calls[0].err = res, err
+		calls[0].res[0], calls[0].err = res, err
 	} else {
-		h.l.runBatch(pr, calls)
+		h.l.runBatch(pl, calls)
 	}
 	for i, r := range reqs {
 		if calls[i].err != nil {
 			h.fatalf("request %d %+v: %v", i, r, calls[i].err)
 		}
-		w := m.decide(h.clock, r.n, r.mode)
+		w := m.decide(h.clock, r.n, r.mode, r.stamp)
 		wr := w.result(r.mode == modePeek)
-		res := calls[i].res
+		res := calls[i].res[0]
+		res.stamp = 0
 		if r.mode == modePeek {
 			res.Granted = 0
 		}
-		if r.mode == modeRefund {
-			res, wr = Result{}, Result{} // a refund reports nothing
+		if r.mode == modeRefund || r.mode == modeCharge {
+			res, wr = Result{}, Result{} // they report nothing checked here
 		}
 		got, want, ws = append(got, res), append(want, wr), append(ws, w)
 	}
@@ -737,21 +1004,21 @@ func (h *harness) fatalf(format string, args ...any) {
 	if len(tail) > 12 {
 		tail = tail[len(tail)-12:]
 	}
-	h.t.Fatalf("%s: %s\nlast steps:\n  %s", h.lim.Algorithm, fmt.Sprintf(format, args...), strings.Join(tail, "\n  "))
+	h.t.Fatalf("%s: %s\nlast steps:\n  %s", h.lim, fmt.Sprintf(format, args...), strings.Join(tail, "\n  "))
 }
 
 // step is one step of the main sequence: compare, check invariants and TTL,
 // then probe the boundaries of what the Result claims.
-func (h *harness) step(dt int64, reqs []request) refResult {
+func (h *harness) step(dt int64, reqs []modelRequest) []refResult {
 	h.t.Helper()
 	h.advance(dt)
 	got, want, ws := h.call("k", h.model, reqs)
-	h.history = append(h.history, fmt.Sprintf("t=%+dµs dt=%+d reqs=%v -> %+v", h.clock-redistest.Epoch.UnixMicro(), dt, reqs, got))
+	h.history = append(h.history, fmt.Sprintf("t=%+dµs dt=%+d %s reqs=%v -> %+v", h.clock-redistest.Epoch.UnixMicro(), dt, h.lim, reqs, got))
 	for i := range reqs {
 		if got[i] != want[i] {
 			h.fatalf("request %d of %d %v:\ngot  %+v\nwant %+v", i, len(reqs), reqs[i], got[i], want[i])
 		}
-		if reqs[i].mode != modeRefund {
+		if reqs[i].mode <= modeAtMost {
 			checkInvariants(h.t, h.lim, got[i], reqs[i], func(format string, args ...any) { h.fatalf(format, args...) })
 		}
 	}
@@ -760,11 +1027,10 @@ func (h *harness) step(dt int64, reqs []request) refResult {
 		h.apply(w)
 	}
 	h.checkTTL()
-	last := ws[len(ws)-1]
-	if r := reqs[len(reqs)-1]; r.mode != modeRefund {
+	if r := reqs[len(reqs)-1]; r.mode <= modeAtMost {
 		h.probe(got[len(got)-1], r)
 	}
-	return last
+	return ws
 }
 
 // apply follows the key's TTL through one decision, as the scripts set it.
@@ -800,10 +1066,10 @@ func (h *harness) checkTTL() {
 
 // probeAt runs a request on a copy of the key d µs from now, and checks the
 // copy's decision against a copy of the model.
-func (h *harness) probeAt(d int64, r request) Result {
+func (h *harness) probeAt(d int64, r modelRequest) Result {
 	h.t.Helper()
 	const key = "probe"
-	probeKeys := stateKeys(nil, "model", key, h.lim.Algorithm, 0)
+	probeKeys := stateKeys(nil, "model", key, h.lim.row(), 0)
 	if err := h.rdb.Del(h.ctx, probeKeys...).Err(); err != nil {
 		h.fatalf("DEL: %v", err)
 	}
@@ -819,7 +1085,7 @@ func (h *harness) probeAt(d int64, r request) Result {
 		h.clock = saved
 		h.mr.SetTime(time.UnixMicro(h.clock).UTC())
 	}()
-	got, want, _ := h.call(key, h.model.clone(), []request{r})
+	got, want, _ := h.call(key, h.model.clone(), []modelRequest{r})
 	if got[0] != want[0] {
 		h.fatalf("probe at +%dµs, %+v: got %+v, want %+v", d, r, got[0], want[0])
 	}
@@ -830,10 +1096,11 @@ func (h *harness) probeAt(d int64, r request) Result {
 // request passes after exactly RetryAfter and not a microsecond earlier;
 // the quota is whole after exactly ResetAfter and not a microsecond
 // earlier; Remaining more units pass now, and one more would not.
-func (h *harness) probe(res Result, r request) {
+func (h *harness) probe(res Result, r modelRequest) {
 	h.t.Helper()
 	us := func(d time.Duration) int64 { return int64(d / time.Microsecond) }
-	peek := request{1, modePeek}
+	capacity := int64(h.lim.Capacity())
+	peek := modelRequest{n: 1, mode: modePeek}
 	if !res.Allowed {
 		again := r
 		if again.mode == modePeek {
@@ -848,22 +1115,22 @@ func (h *harness) probe(res Result, r request) {
 		}
 	}
 	if reset := us(res.ResetAfter); reset > 0 {
-		if got := h.probeAt(reset, peek); got.Remaining != int(h.capacity) {
-			h.fatalf("ResetAfter %v, yet after it Remaining is %d, want %d", res.ResetAfter, got.Remaining, h.capacity)
+		if got := h.probeAt(reset, peek); got.Remaining != int(capacity) {
+			h.fatalf("ResetAfter %v, yet after it Remaining is %d, want %d", res.ResetAfter, got.Remaining, capacity)
 		}
-		if got := h.probeAt(reset-1, peek); got.Remaining == int(h.capacity) {
+		if got := h.probeAt(reset-1, peek); got.Remaining == int(capacity) {
 			h.fatalf("ResetAfter %v, yet 1µs before it the quota is already whole", res.ResetAfter)
 		}
 	}
 	if res.Allowed && r.mode != modePeek && !(h.lim.Algorithm == LeakyBucket && h.lim.MaxDelay > 0) {
 		rem := int64(res.Remaining)
 		if rem > 0 {
-			if got := h.probeAt(0, request{rem, modeConsume}); !got.Allowed {
+			if got := h.probeAt(0, modelRequest{n: rem, mode: modeConsume}); !got.Allowed {
 				h.fatalf("Remaining %d, yet AllowN(%d) right after is denied", rem, rem)
 			}
 		}
-		if rem < h.capacity {
-			if got := h.probeAt(0, request{rem + 1, modeConsume}); got.Allowed {
+		if rem < capacity {
+			if got := h.probeAt(0, modelRequest{n: rem + 1, mode: modeConsume}); got.Allowed {
 				h.fatalf("Remaining %d, yet AllowN(%d) right after passes", rem, rem+1)
 			}
 		}
@@ -871,7 +1138,7 @@ func (h *harness) probe(res Result, r request) {
 }
 
 // checkInvariants checks what every Result promises, whatever the algorithm.
-func checkInvariants(t testing.TB, lim Limit, res Result, r request, fatalf func(string, ...any)) {
+func checkInvariants(t testing.TB, lim Limit, res Result, r modelRequest, fatalf func(string, ...any)) {
 	t.Helper()
 	capacity := lim.Capacity()
 	if res.Remaining < 0 || res.Remaining > capacity {
@@ -921,41 +1188,65 @@ func runProp(t *testing.T, pc propCase, seed uint64, back, expire bool) {
 	}
 	h := newHarness(t, pc.lim, expire)
 	rng := rand.New(rand.NewPCG(seed, uint64(len(pc.name))))
-	period := pc.lim.Period.Microseconds()
-	capacity := pc.lim.Capacity()
-	maxN := min(pc.maxN, capacity)
-	tick := max(1, period/int64(pc.lim.Rate)) // time for one unit to refill or leave
-	var last refResult
-	var denied, admitted int
+	limits := []Limit{pc.lim}
+	if expire {
+		// (A state that expired once it was whole under one Limit starts
+		// whole under the next: without expiry, a raised capacity would
+		// fill up only as it refills. The model that never forgets keeps
+		// one Limit.)
+		limits = append(limits, pc.alts...)
+	}
+	var last []refResult
+	var denied, admitted, refunds, changes int
+	var takes []modelRequest // admitted takes, as refunds name them
 	defer func() {
-		t.Logf("%s seed %d: %d admitted, %d denied of %d steps", pc.name, seed, admitted, denied, steps)
+		t.Logf("%s seed %d: %d admitted, %d denied, %d refunds, %d limit changes of %d steps",
+			pc.name, seed, admitted, denied, refunds, changes, steps)
 		// A sequence that never reaches the limit proves little.
-		if !t.Failed() && !reduced && denied == 0 && int64(capacity) <= int64(maxN)*int64(steps)/10 {
+		if !t.Failed() && !reduced && denied == 0 && int64(pc.lim.Capacity()) <= int64(pc.maxN)*int64(steps)/10 {
 			t.Errorf("seed %d: no step was denied", seed)
 		}
 	}()
-	drawN := func() int64 {
-		switch r := rng.IntN(10); {
-		case r < 2:
-			return 1 + rng.Int64N(int64(maxN))
-		case r < 3:
-			return int64(maxN)
-		}
-		return 1
-	}
-	drawMode := func() int {
-		switch r := rng.IntN(20); {
-		case r < 2:
-			return modePeek
-		case r < 4:
-			return modeAtMost
-		case r < 5 && h.refunds:
-			return modeRefund
-		}
-		return modeConsume
-	}
 	for range steps {
+		if len(limits) > 1 && rng.IntN(12) == 0 {
+			h.lim = limits[rng.IntN(len(limits))]
+			h.model.setLimit(h.lim)
+			changes++
+		}
+		period := h.lim.Period.Microseconds()
+		capacity := h.lim.Capacity()
+		maxN := min(pc.maxN, capacity)
+		tick := max(1, period/int64(h.lim.Rate)) // time for one unit to refill or leave
+		drawN := func() int64 {
+			switch r := rng.IntN(10); {
+			case r < 2:
+				return 1 + rng.Int64N(int64(maxN))
+			case r < 3:
+				return int64(maxN)
+			}
+			return 1
+		}
+		draw := func() modelRequest {
+			switch r := rng.IntN(24); {
+			case r < 2:
+				return modelRequest{n: 1, mode: modePeek}
+			case r < 4:
+				return modelRequest{n: drawN(), mode: modeAtMost}
+			case r < 6 && len(takes) > 0:
+				i := len(takes) - 1 - rng.IntN(min(len(takes), 4))
+				tk := takes[i]
+				takes = append(takes[:i:i], takes[i+1:]...)
+				return modelRequest{n: 1 + rng.Int64N(tk.n), mode: modeRefund, stamp: tk.stamp}
+			case r < 7:
+				return modelRequest{n: drawN(), mode: modeCharge}
+			}
+			return modelRequest{n: drawN(), mode: modeConsume}
+		}
 		var dt int64
+		var lastRetry, lastReset int64
+		if len(last) > 0 {
+			lastRetry, lastReset = last[len(last)-1].retry, last[len(last)-1].reset
+		}
 		switch r := rng.IntN(100); {
 		case r < 15:
 			dt = 0
@@ -964,11 +1255,11 @@ func runProp(t *testing.T, pc propCase, seed uint64, back, expire bool) {
 		case r < 50:
 			dt = 1 + rng.Int64N(2*tick)
 		case r < 58:
-			dt = last.retry // exactly the wait we were told
+			dt = lastRetry // exactly the wait we were told
 		case r < 62:
-			dt = max(0, last.retry-1)
+			dt = max(0, lastRetry-1)
 		case r < 66:
-			dt = last.reset
+			dt = lastReset
 		case r < 78:
 			dt = 1 + rng.Int64N(period)
 		case r < 84:
@@ -980,25 +1271,22 @@ func runProp(t *testing.T, pc propCase, seed uint64, back, expire bool) {
 		}
 		// Most steps are one request; some are a batch of concurrent
 		// callers' requests decided at one instant.
-		reqs := []request{{drawN(), drawMode()}}
+		reqs := []modelRequest{draw()}
 		if rng.IntN(6) == 0 {
 			for range 1 + rng.IntN(5) {
-				reqs = append(reqs, request{drawN(), drawMode()})
-			}
-		}
-		for i := range reqs {
-			if reqs[i].mode == modePeek {
-				reqs[i].n = 1
+				reqs = append(reqs, draw())
 			}
 		}
 		last = h.step(dt, reqs)
-		for _, r := range reqs {
-			if r.mode == modeRefund {
-				continue
-			}
-			if last.allowed {
+		for i, r := range reqs {
+			switch {
+			case r.mode == modeRefund:
+				refunds++
+			case r.mode == modeCharge || r.mode == modePeek:
+			case last[i].allowed:
 				admitted++
-			} else {
+				takes = append(takes, modelRequest{n: last[i].granted, stamp: h.clock})
+			default:
 				denied++
 			}
 		}
@@ -1006,4 +1294,13 @@ func runProp(t *testing.T, pc propCase, seed uint64, back, expire bool) {
 			return
 		}
 	}
+}
+
+// propSeeds is how many seeded sequences TestScriptsMatchModel runs per
+// case: 2, or REDLIMIT_SEEDS for a longer hunt.
+func propSeeds() uint64 {
+	if n, err := strconv.ParseUint(os.Getenv("REDLIMIT_SEEDS"), 10, 64); err == nil && n > 0 {
+		return n
+	}
+	return 2
 }

@@ -19,6 +19,7 @@ type config struct {
 	fallback        *fallbackConfig
 	log             func() *slog.Logger
 	batch           int
+	inflight        int
 	leaseShare      float64
 	errs            []error
 }
@@ -33,6 +34,7 @@ func defaultConfig() config {
 		breakerCooldown: 500 * time.Millisecond,
 		log:             slog.Default,
 		batch:           128,
+		inflight:        4,
 	}
 }
 

@@ -172,7 +172,7 @@ func TestOverridesMalformedStored(t *testing.T) {
 		{"10/s leaky_bucket max-delay=soon", "max-delay \"soon\""},
 		{"0/s", "Rate must be > 0"},
 		{"10/0s sliding_window", "Period must be >= 1µs"},
-		{"10/s burst=-3", "Burst must be >= 0"},
+		{"10/s burst=-3", "Burst must be 0 to 2^40"},
 	}
 	for _, tt := range tests {
 		t.Run(strconv.Quote(tt.stored), func(t *testing.T) {

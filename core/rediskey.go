@@ -21,18 +21,18 @@ const maxTagLen = 128
 // escapeBraces keeps a configured prefix from holding a hash tag.
 var escapeBraces = strings.NewReplacer("{", "%7B", "}", "%7D")
 
-// stateKeys builds the Redis keys of key's state under algorithm a:
+// stateKeys appends the Redis keys of tag's state under row:
 // "<prefix>:{<tag>}<suffix>", with ":<layer>" after the suffix for the
 // layers of AllowLayers after the first. The braces make the caller's key
 // the Redis Cluster hash tag, so every key of one caller lands in one slot;
 // escapeTag guarantees the tag itself holds no brace that could end it
 // early or move the slot.
-func stateKeys(dst []string, prefix, tag string, a Algorithm, layer int) []string {
+func stateKeys(dst []string, prefix, tag string, row *algorithm, layer int) []string {
 	var layerSuffix string
 	if layer > 0 {
 		layerSuffix = ":" + strconv.Itoa(layer)
 	}
-	for _, suffix := range algorithms[a].suffixes {
+	for _, suffix := range row.suffixes {
 		var b strings.Builder
 		b.Grow(len(prefix) + len(tag) + len(suffix) + len(layerSuffix) + 3)
 		b.WriteString(prefix)

@@ -15,6 +15,11 @@ import (
 // second). The 11th request in that instant gets Allowed false, Granted 0,
 // Remaining 0, RetryAfter 100ms (one token takes a tenth of a second to
 // refill), ResetAfter 1s.
+//
+// A Result that took units is also the receipt Refund and Settle take: it
+// records the Redis instant the units were taken at (or the permit a
+// Concurrency request holds), so a late refund gives back only what the
+// limit would still hold had they never been taken.
 type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For
 	// Peek, whether it would.
@@ -27,7 +32,9 @@ type Result struct {
 	Remaining int
 	// RetryAfter is 0 when Allowed, else the exact wait until the same
 	// request could be admitted (for AllowAtMost, one unit), assuming no
-	// other traffic.
+	// other traffic; always > 0 on a denial. For Concurrency, which cannot
+	// know when a request in flight ends, the time until the oldest permit
+	// lapses, at most a second.
 	RetryAfter time.Duration
 	// ResetAfter is how long until the quota is whole again (Remaining ==
 	// Capacity), assuming no other traffic.
@@ -46,25 +53,35 @@ type Result struct {
 	// out. Remaining is then what Redis had left when the lease was taken,
 	// plus the lease's own units.
 	Leased bool
+
+	// stamp is the Redis TIME (µs) of the decision, which a refund names;
+	// for Concurrency, the permit's id.
+	stamp int64
 }
 
 // errBadReply is returned when Redis answers with something the scripts
 // never send (a proxy in the way, or a script of another version).
 var errBadReply = errors.New("core: unexpected reply from redis")
 
-// parseResults turns the reply of a script into Results, five integers per
-// result. It checks every type, so a changed script or a proxy yields an
-// error, never a panic.
-func parseResults(vals []any, out []Result) error {
-	if len(vals) != 5*len(out) {
-		return fmt.Errorf("%w: want %d integers, got %d", errBadReply, 5*len(out), len(vals))
+// parseResults turns a script's reply into Results: the clock, then five
+// integers per result. It checks every type and what a Result promises (a
+// denial says how long to wait), so a changed script or a proxy yields an
+// error, never a panic nor a caller that retries at once forever.
+func parseResults(v any, out []Result) error {
+	vals, ok := v.([]any)
+	if !ok || len(vals) != 1+5*len(out) {
+		return fmt.Errorf("%w: want %d integers, got %T of %d", errBadReply, 1+5*len(out), v, len(vals))
+	}
+	clock, ok := vals[0].(int64)
+	if !ok {
+		return fmt.Errorf("%w: element 0 is %T, want int64", errBadReply, vals[0])
 	}
 	for i := range out {
 		var ints [5]int64
 		for j := range ints {
-			v, ok := vals[5*i+j].(int64)
+			v, ok := vals[1+5*i+j].(int64)
 			if !ok {
-				return fmt.Errorf("%w: element %d is %T, want int64", errBadReply, 5*i+j, vals[5*i+j])
+				return fmt.Errorf("%w: element %d is %T, want int64", errBadReply, 1+5*i+j, vals[1+5*i+j])
 			}
 			ints[j] = v
 		}
@@ -75,6 +92,10 @@ func parseResults(vals []any, out []Result) error {
 			RetryAfter: time.Duration(ints[2]) * time.Microsecond,
 			ResetAfter: time.Duration(ints[3]) * time.Microsecond,
 			Delay:      time.Duration(ints[4]) * time.Microsecond,
+			stamp:      clock,
+		}
+		if ints[1] < 0 || ints[2] < 0 || ints[3] < 0 || ints[4] < 0 {
+			return fmt.Errorf("%w: negative integer in %v", errBadReply, ints)
 		}
 	}
 	return nil

@@ -1,8 +1,9 @@
 package core
 
 import (
+	"crypto/sha256"
 	_ "embed"
-	"strconv"
+	"encoding/hex"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -12,10 +13,8 @@ import (
 var (
 	//go:embed scripts/prelude.lua
 	preludeLua string
-	//go:embed scripts/batch.lua
-	batchLua string
-	//go:embed scripts/layers.lua
-	layersLua string
+	//go:embed scripts/driver.lua
+	driverLua string
 	//go:embed scripts/token_bucket.lua
 	tokenBucketLua string
 	//go:embed scripts/sliding_window.lua
@@ -26,32 +25,67 @@ var (
 	fixedWindowLua string
 	//go:embed scripts/leaky_bucket.lua
 	leakyBucketLua string
+	//go:embed scripts/concurrency.lua
+	concurrencyLua string
 )
 
-// batchScripts[a] decides requests under Algorithm a: the prelude, the
-// algorithm's own script, then the batch driver. redis.Script runs EVALSHA
-// and falls back to EVAL on NOSCRIPT (after a SCRIPT FLUSH or a failover),
-// so each SHA is computed once, here.
-var batchScripts = func() (s [len(algorithms)]*redis.Script) {
-	for a := range algorithms {
-		s[a] = redis.NewScript(preludeLua + "do\n" + algorithms[a].source + "\nend\nlocal A = algorithms[" +
-			strconv.Itoa(a+1) + "]\n" + batchLua)
-	}
-	return s
-}()
+// The same Lua reaches Redis in two forms. Where the server has Redis 7
+// functions, the Limiter loads the whole library once (FUNCTION LOAD) and
+// each decision is one FCALL: every function the library defines exists
+// once, in the server. Elsewhere (miniredis, older or restricted Redis),
+// each decision is an EVALSHA of a script holding only the algorithm it
+// needs, which defines its functions again on every call. Both run the
+// same driver on the same state, so they decide alike.
+var (
+	// libraryName names the library and its one function, with a hash of
+	// the code, so that instances running different versions of redlimit
+	// on one Redis (a rolling deploy) each call their own.
+	libraryName, librarySource = buildLibrary()
+	// evalScripts[script] holds the algorithm of that script index alone;
+	// evalScripts[0] holds every algorithm, for layers of several.
+	evalScripts = buildEvalScripts()
+)
 
-// layersScript decides one request against several Limits of one caller,
-// atomically: the prelude, every algorithm's script, then the layers
-// driver, so each algorithm's arithmetic is written once.
-var layersScript = func() *redis.Script {
+// sources are the algorithms' files, each once.
+func sources() []string {
+	var out []string
+	for _, a := range append(algorithms[:], calendarWindow) {
+		if !strings.Contains(strings.Join(out, ""), a.source) {
+			out = append(out, a.source)
+		}
+	}
+	return out
+}
+
+// body is the prelude, the given algorithms' files (each in a block of its
+// own, so their locals do not collide) and the driver.
+func body(srcs ...string) string {
 	var b strings.Builder
 	b.WriteString(preludeLua)
-	for a := range algorithms {
-		b.WriteString("do\n" + algorithms[a].source + "\nend\n")
+	for _, s := range srcs {
+		b.WriteString("do\n")
+		b.WriteString(s)
+		b.WriteString("\nend\n")
 	}
-	b.WriteString(layersLua)
-	return redis.NewScript(b.String())
-}()
+	b.WriteString(driverLua)
+	return b.String()
+}
+
+func buildLibrary() (name, src string) {
+	code := body(sources()...)
+	sum := sha256.Sum256([]byte(code))
+	name = "redlimit_" + hex.EncodeToString(sum[:6])
+	return name, "#!lua name=" + name + "\n" + code +
+		"redis.register_function('" + name + "', function(keys, args) return run(keys, args) end)\n"
+}
+
+func buildEvalScripts() (s [8]*redis.Script) {
+	s[0] = redis.NewScript(body(sources()...) + "return run(KEYS, ARGV)\n")
+	for _, a := range append(algorithms[:], calendarWindow) {
+		s[a.script] = redis.NewScript(body(a.source) + "return run(KEYS, ARGV)\n")
+	}
+	return s
+}
 
 // Modes of a request, as the prelude names them.
 const (
@@ -59,4 +93,6 @@ const (
 	modePeek    = 1
 	modeAtMost  = 2
 	modeRefund  = 3
+	modeCharge  = 4
+	modeRenew   = 5
 )

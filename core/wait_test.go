@@ -21,7 +21,7 @@ func TestWaitAllowedReturnsAtOnce(t *testing.T) {
 	limit := PerHour(5)
 	start := time.Now()
 	for i := range 5 {
-		if err := l.Wait(ctx, "k", limit); err != nil {
+		if _, err := l.Wait(ctx, "k", limit); err != nil {
 			t.Fatalf("Wait %d: %v", i+1, err)
 		}
 	}
@@ -47,7 +47,7 @@ func TestWaitSleepsRetryAfter(t *testing.T) {
 			l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			limit := Limit{Rate: 1, Period: 200 * time.Millisecond}
 			start := time.Now()
-			if err := l.Wait(ctx, "k", limit); err != nil {
+			if _, err := l.Wait(ctx, "k", limit); err != nil {
 				t.Fatal(err)
 			}
 			// A wrong sleep would be a whole 200ms RetryAfter.
@@ -56,7 +56,7 @@ func TestWaitSleepsRetryAfter(t *testing.T) {
 			}
 			before := count.cmds.Load()
 			start = time.Now()
-			if err := l.Wait(ctx, "k", limit); err != nil {
+			if _, err := l.Wait(ctx, "k", limit); err != nil {
 				t.Fatal(err)
 			}
 			waited := time.Since(start)
@@ -82,7 +82,7 @@ func TestWaitCanceledMidWait(t *testing.T) {
 			rdb := be.open(t)
 			l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			limit := PerHour(1)
-			if err := l.Wait(context.Background(), "k", limit); err != nil {
+			if _, err := l.Wait(context.Background(), "k", limit); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -92,7 +92,7 @@ func TestWaitCanceledMidWait(t *testing.T) {
 				canceled <- time.Now()
 				cancel()
 			})
-			err := l.Wait(ctx, "k", limit)
+			_, err := l.Wait(ctx, "k", limit)
 			returned := time.Now()
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Wait = %v, want context.Canceled", err)
@@ -125,13 +125,13 @@ func TestWaitDeadlineNearerThanRetryAfter(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
-					if err := l.Wait(context.Background(), "worker", tt.limit); err != nil {
+					if _, err := l.Wait(context.Background(), "worker", tt.limit); err != nil {
 						t.Fatal(err)
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
 					defer cancel()
 					start := time.Now()
-					err := l.Wait(ctx, "worker", tt.limit)
+					_, err := l.Wait(ctx, "worker", tt.limit)
 					if got := time.Since(start); got >= 100*time.Millisecond {
 						t.Errorf("Wait took %v, want it to give up at once", got)
 					}
@@ -184,7 +184,7 @@ func TestWaitLeakyBucketDeadline(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
 					defer cancel()
 					start := time.Now()
-					err = l.Wait(ctx, "q", limit)
+					_, err = l.Wait(ctx, "q", limit)
 					waited := time.Since(start)
 					if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 						t.Errorf("Wait = %v, want %v", err, tt.wantErr)
@@ -220,7 +220,7 @@ func TestWaitInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := l.WaitN(ctx, tt.key, tt.limit, tt.n); !errors.Is(err, tt.wantErr) {
+			if _, err := l.WaitN(ctx, tt.key, tt.limit, tt.n); !errors.Is(err, tt.wantErr) {
 				t.Errorf("WaitN = %v, want %v", err, tt.wantErr)
 			}
 		})

@@ -1,63 +1,157 @@
--- Fixed window: at most rate units per window of length period. Windows are
--- aligned to the Unix epoch, so every instance agrees on where one starts.
+-- Fixed window: at most rate units per window. Windows are aligned to the
+-- Unix epoch (multiples of period), so every instance agrees on where one
+-- starts; or, for a calendar Limit, they are the calendar days, weeks or
+-- months whose starts the client computes in its time zone and sends.
 --
--- State    one string key, "<start> <count> <end>": the current window's
---          start µs, the units admitted in it, the key's expiry in ms (see
---          persist)
--- Limit    ARGV: period µs, rate units per window
+-- State    one string key: "<start> <count> <end>" (period windows) or
+--          "<start> <wend> <count> <end>" (calendar windows): the window's
+--          start and end µs, the units admitted in it (above rate after
+--          the Limit was lowered), the key's expiry in ms (see persist)
+-- Limit    ARGV, period windows: period µs, rate units per window
+--          calendar windows: rate, then b1 < b2 < b3 < b4, the starts (µs)
+--          of four consecutive windows, the client's current one second
 --
 -- The counter lives beside its window's start, not in a key per window, so
--- a clock step back keeps counting in the later window and a longer period
--- extends the current window instead of opening a fresh one.
--- retry_after and reset_after are measured from Redis' clock, so after a
--- clock step back they include the step.
+-- a longer period extends the current window instead of opening a fresh
+-- one. A state whose window lies ahead of Redis' clock refuses every
+-- request until the clock reaches it: it holds a debt (CHARGE) carried
+-- into later windows, or Redis' clock stepped back. A REFUND counts its
+-- units out only if they were taken in the state's window: units of a
+-- window that has ended left with it. retry_after and reset_after are
+-- measured from Redis' clock.
 local fw = {nkeys = 1, nparams = 2}
+local cw = {nkeys = 1, nparams = 5}
 
-function fw.params(a)
-  return {period = tonumber(ARGV[a]), rate = tonumber(ARGV[a + 1])}
+function fw.params(args, a)
+  return {period = tonumber(args[a]), rate = tonumber(args[a + 1])}
 end
 
-function fw.load(k, vals, p)
-  local st = {key = KEYS[k], now = clock, start = floor(clock / p.period) * p.period, count = 0, e = 0}
+function cw.params(args, a)
+  return {rate = tonumber(args[a]),
+    b = {tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3]), tonumber(args[a + 4])}}
+end
+
+-- cw_window returns the calendar window holding t.
+local function cw_window(p, t)
+  local b = p.b
+  if t < b[1] or t >= b[4] then
+    error('redlimit: Redis TIME is more than a calendar window away from the client clock')
+  end
+  if t < b[2] then return b[1], b[2] end
+  if t < b[3] then return b[2], b[3] end
+  return b[3], b[4]
+end
+
+function fw.load(keys, k, vals, p)
+  local st = {key = keys[k], start = floor(clock / p.period) * p.period, count = 0, e = 0}
+  st.wend = st.start + p.period
   local v = vals[k]
   if not v then return st end
   local raw, start, count, e = match(v, '^((%d+) (%d+)) (%d+)$')
-  if not e then corrupt(KEYS[k]) end
+  if not e then corrupt(keys[k]) end
   start = tonumber(start)
   st.e, st.raw = tonumber(e), raw
-  if start > clock then st.now = start end
-  if st.now < start + p.period then
+  if clock < start + p.period then
     st.start, st.count = start, tonumber(count)
+    st.wend, st.ahead = start + p.period, start > clock
   else
-    st.start = max(floor(st.now / p.period) * p.period, start + p.period)
+    -- (A window that began off the epoch's grid, under another period,
+    -- is followed, not overlapped.)
+    st.start = max(st.start, start + p.period)
+    st.wend = st.start + p.period
   end
   return st
 end
 
-function fw.decide(st, p, n, mode)
+function cw.load(keys, k, vals, p)
+  local st = {key = keys[k], count = 0, e = 0}
+  st.start, st.wend = cw_window(p, clock)
+  local v = vals[k]
+  if not v then return st end
+  local raw, start, wend, count, e = match(v, '^((%d+) (%d+) (%d+)) (%d+)$')
+  if not e then corrupt(keys[k]) end
+  wend = tonumber(wend)
+  st.e, st.raw = tonumber(e), raw
+  if clock < wend then
+    st.start, st.wend, st.count = tonumber(start), wend, tonumber(count)
+    st.ahead = st.start > clock
+  end
+  return st
+end
+
+-- A debt beyond the window's rate carries into the following windows, rate
+-- in each: the state moves to the window where the remainder falls.
+function fw.carry(st, p)
+  local k = min(ceil(st.count / p.rate) - 1, floor((2 ^ 52 - st.wend) / p.period))
+  st.start, st.wend = st.start + k * p.period, st.wend + k * p.period
+  st.count = st.count - k * p.rate
+end
+
+-- A calendar window knows the next window's end only when the client sent
+-- it: a debt carries one window at most.
+function cw.carry(st, p)
+  local b = p.b
+  for i = 2, 3 do
+    if st.wend == b[i] then
+      st.start, st.wend = b[i], b[i + 1]
+      st.count = st.count - p.rate
+      return
+    end
+  end
+end
+
+-- window_decide decides for both: A is fw or cw.
+local function window_decide(A, st, p, n, mode, stamp)
   local count, granted = st.count, 0
   if mode == REFUND then
-    count = max(0, count - n)
+    if not st.ahead and stamp >= st.start and stamp < st.wend then count = max(0, count - n) end
+  elseif mode == CHARGE then
+    count = count + n
+  elseif mode == RENEW or st.ahead then
+    -- (nothing to keep; a window ahead refuses)
   elseif count + n <= p.rate then
     granted = n
   elseif mode == ATMOST then
-    granted = p.rate - count
+    granted = max(0, p.rate - count)
   end
   if granted > 0 and mode ~= PEEK then count = count + granted end
-  if count ~= st.count then st.count, st.dirty = count, true end
-  local window_end = st.start + p.period - clock
-  local retry, reset = 0, 0
-  if granted == 0 and mode ~= REFUND then retry = window_end end
-  if count > 0 then reset = window_end end
-  return granted, max(0, p.rate - count), retry, reset, 0
+  if count ~= st.count then
+    st.count, st.dirty = count, true
+    if mode == CHARGE and count > p.rate then
+      A.carry(st, p)
+      st.ahead = st.start > clock
+      count = st.count
+    end
+  end
+  local retry, reset, remaining = 0, 0, 0
+  if granted == 0 and mode <= ATMOST then
+    local need = n
+    if mode == ATMOST then need = 1 end
+    if st.ahead and count + need <= p.rate then retry = st.start - clock else retry = st.wend - clock end
+  end
+  if st.ahead then
+    reset = st.start - clock
+    if count > 0 then reset = st.wend - clock end
+  else
+    if count > 0 then reset = st.wend - clock end
+    remaining = max(0, p.rate - count)
+  end
+  return granted, remaining, retry, reset, 0
 end
+
+function fw.decide(st, p, n, mode, stamp) return window_decide(fw, st, p, n, mode, stamp) end
+function cw.decide(st, p, n, mode, stamp) return window_decide(cw, st, p, n, mode, stamp) end
 
 local function fw_encode(st, e)
   return fmt('%d %d %d', st.start, st.count, e)
 end
 
-function fw.save(st, p, reset, nonpeek)
-  persist(st, reset, nonpeek, fw_encode)
+local function cw_encode(st, e)
+  return fmt('%d %d %d %d', st.start, st.wend, st.count, e)
 end
 
+function fw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, fw_encode) end
+function cw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, cw_encode) end
+
 algorithms[4] = fw
+algorithms[7] = cw

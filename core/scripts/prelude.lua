@@ -1,39 +1,60 @@
--- Prelude: prepended to every script when the scripts are built (see
--- scripts.go). It reads the clock once, so that every decision of one call
--- is taken at the same Redis instant, and holds what the algorithms share.
+-- Prelude: the first part of the library (see scripts.go). It holds what
+-- the algorithms share. Loaded as a Redis 7 function library, everything
+-- here and in the algorithms' files is defined once, when the library is
+-- loaded; run as a script (EVALSHA, where functions are not available), it
+-- is defined on every call.
 --
--- Every number a script computes is an integer below 2^53, so Lua's doubles
--- hold it exactly; the client refuses Limits whose sums could leave that
--- range. Numbers are written into values with string.format('%d'), never
--- with tostring, which keeps only 14 digits. A multiple assignment never
--- mixes locals and table fields: miniredis' Lua (gopher-lua), which the
--- tests run on, assigns such a statement wrongly inside a function.
-local floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
-local fmt, match = string.format, string.match
+-- Every number the library computes is an integer below 2^53, so Lua's
+-- doubles hold it exactly; the client refuses Limits whose sums could leave
+-- that range. Numbers are written into values with string.format('%d'),
+-- never with tostring, which keeps only 14 digits. A multiple assignment
+-- never mixes locals and table fields: miniredis' Lua (gopher-lua), which
+-- the tests run on, assigns such a statement wrongly inside a function.
+--
+-- A library being loaded may not reach the standard libraries, so their
+-- functions become locals on the first call (init).
+local floor, ceil, min, max, fmt, match, gmatch, call
 
--- What a request asks for (its mode in ARGV).
+local function init()
+  floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
+  fmt, match, gmatch = string.format, string.match, string.gmatch
+  call = redis.call
+end
+
+-- What a request asks for (the low 3 bits of its code in ARGV).
 local CONSUME = 0 -- take n units if n fit, else nothing
 local PEEK = 1    -- report what CONSUME would decide; change nothing
 local ATMOST = 2  -- take as many as fit, up to n (at least 1, or nothing)
-local REFUND = 3  -- give back n units taken earlier
+local REFUND = 3  -- give back n units taken at the stamp's instant
+local CHARGE = 4  -- take n more units even beyond what is left: a debt
+local RENEW = 5   -- keep the permit named by the stamp (Concurrency)
 
--- Redis TIME in µs. Waits are measured from it; each state keeps its own
--- time too, and never moves back when Redis' clock does (a failover to a
--- replica whose clock is behind), so no fresh quota is handed out.
-local clock
-do
-  local t = redis.call('TIME')
+-- The deepest debt a bucket may hold, in scaled units: the client refuses
+-- a charge that could reach it, so this only keeps a sum exact.
+local MAX_DEBT = 2 ^ 51
+
+-- clock is Redis TIME in µs, read once per call (see now), so that every
+-- decision of one call is taken at the same Redis instant. Waits are
+-- measured from it. Each state keeps its own time too, and never moves
+-- back when Redis' clock does (a failover to a replica whose clock is
+-- behind), so no fresh quota is handed out.
+local clock, clock_ms
+
+local function now()
+  local t = call('TIME')
   clock = t[1] * 1000000 + t[2]
+  clock_ms = floor(clock / 1000)
 end
-local clock_ms = floor(clock / 1000)
 
 -- algorithms[Algorithm + 1] is an algorithm's table:
---   nkeys, nparams  how many KEYS one state takes, and ARGV its Limit takes
---   params(a)       the Limit read from ARGV[a ..]
---   load(k, vals, p) the state in KEYS[k ..], whose string values are vals
---   decide(st, p, n, mode) -> granted, remaining, retry_after µs,
---                   reset_after µs, delay µs; it updates st and sets
---                   st.dirty when there is something to write
+--   nkeys, nparams   how many KEYS one state takes, and ARGV its Limit takes
+--   ids              every request carries a stamp (a permit's id)
+--   params(args, a)  the Limit read from args[a ..]
+--   load(keys, k, vals, p) the state in keys[k ..], whose string values
+--                    (MGET) are vals[k ..]
+--   decide(st, p, n, mode, stamp) -> granted, remaining, retry_after µs,
+--                    reset_after µs, delay µs; it updates st and sets
+--                    st.dirty when there is something to write
 --   save(st, p, reset, nonpeek) writes st (reset: µs until it is whole)
 local algorithms = {}
 
@@ -58,11 +79,11 @@ local function persist(st, reset, nonpeek, encode)
   else
     return nil
   end
-  redis.call('SET', st.key, value, 'PX', ttl)
+  call('SET', st.key, value, 'PX', ttl)
   return ttl
 end
 
--- corrupt stops the script on a value none of these scripts wrote.
+-- corrupt stops the call on a value none of these scripts wrote.
 local function corrupt(key)
   error('redlimit: ' .. key .. ' holds a value redlimit did not write')
 end

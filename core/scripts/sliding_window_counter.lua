@@ -8,14 +8,19 @@
 -- State    one string key, "<start> <count> <previous> <end>": the current
 --          window's start µs, its count, the previous window's count, the
 --          key's expiry in ms (see persist)
--- Limit    ARGV: period µs, rate units per window
+-- Limit    ARGV: period µs, rate units per window, tick µs (1 unless the
+--          Limit is too large for µs to be exact)
 --
--- All comparisons are multiplied through by period, so they are exact
--- integer arithmetic (the client checks that rate * period < 2^53).
--- retry_after and reset_after are measured from Redis' clock, so after a
--- clock step back they include the step. A refund takes units off the
--- current window first: a refund comes soon after its request.
-local swc = {nkeys = 1, nparams = 2}
+-- The overlap is counted in whole ticks, rounded so that the previous
+-- window weighs more, never less; all comparisons are multiplied through
+-- by the period in ticks, so they are exact integer arithmetic (the client
+-- checks that rate * period ticks < 2^51). A state whose window lies ahead
+-- of Redis' clock refuses every request until the clock reaches it (a
+-- debt, CHARGE, carried into later windows; or a clock step back). A
+-- REFUND counts its units out of the window they were taken in, the
+-- current or the previous one, and not at all once that has ended.
+-- retry_after and reset_after are measured from Redis' clock.
+local swc = {nkeys = 1, nparams = 3}
 
 -- idiv is floor(a / b) for non-negative integers, exact even where the
 -- double quotient rounds up to the next integer.
@@ -25,66 +30,101 @@ local function idiv(a, b)
   return q
 end
 
-function swc.params(a)
-  return {period = tonumber(ARGV[a]), rate = tonumber(ARGV[a + 1])}
+function swc.params(args, a)
+  local period, tick = tonumber(args[a]), tonumber(args[a + 2])
+  local ticks = ceil(period / tick)
+  return {period = period, rate = tonumber(args[a + 1]), tick = tick, ticks = ticks,
+    most = floor(2 ^ 51 / ticks)}
 end
 
-function swc.load(k, vals, p)
-  local st = {key = KEYS[k], now = clock, start = floor(clock / p.period) * p.period, count = 0, prev = 0, e = 0}
+function swc.load(keys, k, vals, p)
+  local st = {key = keys[k], start = floor(clock / p.period) * p.period, count = 0, prev = 0, e = 0}
   local v = vals[k]
   if not v then return st end
   local raw, start, count, prev, e = match(v, '^((%d+) (%d+) (%d+)) (%d+)$')
-  if not e then corrupt(KEYS[k]) end
+  if not e then corrupt(keys[k]) end
   start = tonumber(start)
   st.e, st.raw = tonumber(e), raw
-  if start > clock then st.now = start end
-  if st.now < start + p.period then
-    st.start, st.count, st.prev = start, tonumber(count), tonumber(prev)
-  elseif st.now < start + 2 * p.period then
-    st.start, st.prev = start + p.period, tonumber(count)
+  -- (Counts far above this Limit's, after it was lowered, are capped where
+  -- the arithmetic would stop being exact.)
+  if clock < start + p.period then
+    st.start, st.count, st.prev = start, min(tonumber(count), p.most), min(tonumber(prev), p.most)
+    st.ahead = start > clock
+  elseif clock < start + 2 * p.period then
+    st.start, st.prev = start + p.period, min(tonumber(count), p.most)
   else
-    st.start = floor(st.now / p.period) * p.period
+    st.start = max(st.start, start + 2 * p.period)
   end
   return st
 end
 
-function swc.decide(st, p, n, mode)
-  local period, rate = p.period, p.rate
+function swc.decide(st, p, n, mode, stamp)
+  local period, rate, ticks = p.period, p.rate, p.ticks
   local count, prev, granted = st.count, st.prev, 0
-  local elapsed = st.now - st.start
-  local weight = period - elapsed
-  local budget = rate * period
+  local t0 = clock
+  if st.ahead then t0 = st.start end
+  local weight = ticks - floor((t0 - st.start) / p.tick)
+  local budget = rate * ticks
   if mode == REFUND then
-    local from_count = min(count, n)
-    count, prev = count - from_count, max(0, prev - (n - from_count))
-  elseif prev * weight + (count + n) * period <= budget then
+    if not st.ahead then
+      if stamp >= st.start and stamp < st.start + period then
+        count = count - min(count, n)
+      elseif stamp >= st.start - period and stamp < st.start then
+        prev = prev - min(prev, n)
+      end
+    end
+  elseif mode == CHARGE then
+    count = count + n
+  elseif mode == RENEW or st.ahead then
+    -- (nothing to keep; a window ahead refuses)
+  elseif prev * weight + (count + n) * ticks <= budget then
     granted = n
   elseif mode == ATMOST then
-    granted = min(n, idiv(max(0, budget - prev * weight - count * period), period))
+    granted = min(n, idiv(max(0, budget - prev * weight - count * ticks), ticks))
   end
   if granted > 0 and mode ~= PEEK then count = count + granted end
-  if count ~= st.count or prev ~= st.prev then st.count, st.prev, st.dirty = count, prev, true end
-  local skew = st.now - clock
+  if count ~= st.count or prev ~= st.prev then
+    st.count, st.prev, st.dirty = count, prev, true
+    if mode == CHARGE and count > rate then
+      -- A debt beyond the window's rate carries into the following windows,
+      -- rate in each, each full window the previous one of the next.
+      local k = min(ceil(count / rate) - 1, floor((2 ^ 52 - st.start) / period) - 2)
+      st.start, st.count, st.prev = st.start + k * period, count - k * rate, rate
+      st.ahead = st.start > clock
+      count, prev = st.count, st.prev
+      if st.ahead then t0 = st.start end
+      weight = ticks - floor((t0 - st.start) / p.tick)
+    end
+  end
   local retry = 0
-  if granted == 0 and mode ~= REFUND then
-    if mode == ATMOST then n = 1 end
-    if count + n <= rate then
-      -- Wait in this window until prev's weight has shrunk enough.
-      retry = period - idiv((rate - count - n) * period, prev) - elapsed
+  if granted == 0 and mode <= ATMOST then
+    local need = n
+    if mode == ATMOST then need = 1 end
+    if count + need <= rate then
+      -- Wait in this window until prev's weight has shrunk enough, or for
+      -- the next window, which this one's count then weighs in.
+      local w = ticks
+      if prev > 0 then w = min(ticks, idiv((rate - count - need) * ticks, prev)) end
+      retry = min(st.start + (ticks - w) * p.tick, st.start + period) - clock
     else
       -- Wait for the next window, where this window's count is prev.
-      retry = period - elapsed + max(0, period - idiv((rate - n) * period, count))
+      local w = idiv((rate - need) * ticks, count)
+      retry = st.start + period + min((ticks - w) * p.tick, period) - clock
     end
-    retry = retry + skew
   end
-  local reset = 0
+  local reset, remaining = 0, 0
   if count > 0 then
-    reset = 2 * period - elapsed + skew
+    reset = st.start + 2 * period - clock
   elseif prev > 0 then
-    reset = weight + skew
+    reset = st.start + period - clock
+  elseif st.ahead then
+    reset = st.start - clock
   end
-  -- What fits now: (budget - estimate) / period units.
-  return granted, idiv(max(0, budget - prev * weight - count * period), period), retry, reset, 0
+  if not st.ahead then
+    -- What fits now: (budget - estimate) / ticks units.
+    remaining = idiv(max(0, budget - prev * weight - count * ticks), ticks)
+  end
+  return granted, remaining, retry, reset, 0
 end
 
 local function swc_encode(st, e)

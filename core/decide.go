@@ -1,0 +1,247 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// request is one decision as every entry point (AllowN, AllowAtMost,
+// Peek, Refund, Settle, Renew, AllowLayers, Wait) asks for it.
+type request struct {
+	key  string
+	pl   *plan
+	n    int
+	mode int
+	// taken is the Redis TIME of the decision a REFUND gives back for;
+	// id names a Concurrency permit (a fresh one is drawn for a take).
+	taken, id int64
+}
+
+// keyBufs recycles the KEYS slice of a call: go-redis copies it into the
+// command, so it is free again once the call returns.
+var keyBufs = sync.Pool{New: func() any { return new([2 * maxLayers]string) }}
+
+// decide is the one path every decision takes, in five stages:
+//
+//  1. admissible: the request can be decided at all (else ErrInvalidCost);
+//  2. answerLocally: a lease or the deny cache answers without Redis;
+//  3. ask: through the breaker, within the timeout, in a batch of
+//     concurrent callers or alone, Redis decides;
+//  4. a Redis fault goes to the local fallback, or back to the caller;
+//  5. remember: the deny cache and leases learn what Redis said.
+//
+// out receives one Result per layer of rq.pl.
+func (l *Limiter) decide(ctx context.Context, rq *request, out []Result) error {
+	if err := l.admissible(rq); err != nil {
+		return err
+	}
+	buf := keyBufs.Get().(*[2 * maxLayers]string)
+	defer func() {
+		*buf = [2 * maxLayers]string{}
+		keyBufs.Put(buf)
+	}()
+	tag := escapeTag(rq.key)
+	keys := rq.pl.keys(buf[:0], l.prefix, tag)
+	sent := time.Now()
+	if done, err := l.answerLocally(ctx, rq, tag, keys, sent, out); done {
+		return err
+	}
+	err := l.ask(ctx, rq, tag, keys, sent, out)
+	if err != nil {
+		if l.fallback != nil && rq.mode <= modeAtMost && rq.mode != modePeek && !rq.pl.ids && redisFault(ctx, err) {
+			return l.fallback.decide(keys, rq, time.Now(), out)
+		}
+		return err
+	}
+	l.remember(rq, keys, sent, time.Now(), out)
+	return nil
+}
+
+// admissible checks what no state can change: the key, the cost against
+// every layer's capacity, and what the mode asks of the algorithms.
+func (l *Limiter) admissible(rq *request) error {
+	if rq.key == "" {
+		return ErrEmptyKey
+	}
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	pl := rq.pl
+	if rq.mode == modeAtMost {
+		if len(pl.layers) > 1 || pl.ids {
+			return fmt.Errorf("%w: AllowAtMost takes from one rate Limit", ErrInvalidCost)
+		}
+		if rq.n > 0 {
+			rq.n = int(min(int64(rq.n), pl.capacity())) // more never fits
+		}
+	}
+	for _, ly := range pl.layers {
+		most := ly.p.capacity
+		switch {
+		case ly.row.ids && rq.mode != modeCharge:
+			most = 1 // one permit per request
+		case rq.mode == modeCharge || rq.mode == modeRefund:
+			// Units taken under another Limit may be more than this one's
+			// capacity: the state caps what it gives back.
+			most = maxRate
+			if ly.row.burst {
+				most = min(most, maxScaled/ly.p.period)
+			}
+		}
+		if rq.n <= 0 || int64(rq.n) > most {
+			what := fmt.Sprintf("the %s capacity", ly.limit.Algorithm)
+			if pl.all != nil {
+				what = fmt.Sprintf("the capacity of layer %d", ly.index)
+			}
+			if rq.mode == modeCharge || rq.mode == modeRefund {
+				what = "the largest charge or refund"
+			}
+			return fmt.Errorf("%w: n = %d, want 1 <= n <= %d (%s)", ErrInvalidCost, rq.n, most, what)
+		}
+	}
+	if pl.ids && rq.id == 0 && (rq.mode == modeConsume || rq.mode == modePeek) {
+		rq.id = permitID()
+	}
+	return nil
+}
+
+// answerLocally answers from this instance's lease or deny cache, and
+// reports whether it did. A refund or a charge makes what they remember
+// stale: it is forgotten.
+func (l *Limiter) answerLocally(ctx context.Context, rq *request, tag string, keys []string, sent time.Time, out []Result) (bool, error) {
+	switch rq.mode {
+	case modeConsume:
+		if l.leases != nil && len(rq.pl.layers) == 1 && l.leases.capFor(rq.pl) >= 2 {
+			res, done, err := l.leases.decide(ctx, l, rq.pl, tag, keys, rq.n)
+			if done {
+				out[0] = res
+				return true, err
+			}
+		}
+	case modeRefund, modeCharge:
+		if l.leases != nil {
+			l.leases.refunded(keys[0])
+		}
+		if l.denied != nil {
+			l.denied.forget(keys[0])
+		}
+		return false, nil
+	}
+	if l.denied != nil && (rq.mode == modeConsume || rq.mode == modeAtMost) && !rq.pl.ids {
+		need := rq.n // the units a denial says did not fit
+		if rq.mode == modeAtMost {
+			need = 1
+		}
+		if l.denied.get(keys[0], rq.pl, need, sent, out) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// remember tells the deny cache what Redis decided, and checks that a
+// denial says how long to wait: a Result that did not would have its
+// callers retry at once, forever.
+func (l *Limiter) remember(rq *request, keys []string, sent, received time.Time, out []Result) {
+	if rq.mode > modeAtMost {
+		return
+	}
+	allowed := true
+	for i := range out {
+		if rq.mode == modePeek {
+			out[i].Granted = 0
+		}
+		if rq.pl.layers[i].row.ids {
+			out[i].stamp = rq.id
+		}
+		allowed = allowed && out[i].Allowed
+	}
+	if len(out) > 1 && !allowed {
+		for i := range out {
+			out[i].Granted = 0
+		}
+	}
+	if l.denied == nil || rq.pl.ids {
+		return
+	}
+	need := rq.n
+	if rq.mode == modeAtMost {
+		need = 1
+	}
+	if allowed {
+		// What the key holds changed: an earlier denial's wait is stale.
+		if rq.mode != modePeek {
+			l.denied.forget(keys[0])
+		}
+		return
+	}
+	l.denied.put(keys[0], rq.pl, need, sent, received, out)
+}
+
+// ask makes one decision in Redis, through the circuit breaker, within
+// the Limiter's timeout.
+func (l *Limiter) ask(ctx context.Context, rq *request, tag string, keys []string, sent time.Time, out []Result) error {
+	if !l.breaker.allow(sent) {
+		return ErrUnavailable
+	}
+	bctx, cancel := l.bound(ctx)
+	var err error
+	if l.batch != nil {
+		err = l.batch.decide(bctx, l, rq, l.group.of(tag), keys, out)
+	} else {
+		err = l.runOne(bctx, rq, keys, out)
+	}
+	cancel()
+	if err == nil {
+		err = checkWaits(rq, out)
+	}
+	l.breaker.record(ctx, err, time.Now())
+	l.health.tick(l, sent)
+	return err
+}
+
+// checkWaits refuses a denial that does not say how long to wait.
+func checkWaits(rq *request, out []Result) error {
+	if rq.mode > modeAtMost {
+		return nil
+	}
+	for i, r := range out {
+		if !r.Allowed && r.RetryAfter <= 0 {
+			return fmt.Errorf("%w: layer %d denied without a wait", errBadReply, i)
+		}
+	}
+	return nil
+}
+
+// args is the ARGV of rq alone.
+func (rq *request) args(now time.Time) []any {
+	pl := rq.pl
+	if rq.mode == modeConsume && rq.n == 1 && pl.one != nil && !pl.ids {
+		return pl.one
+	}
+	head := pl.argv(now)
+	args := append(append(make([]any, 0, len(head)+4), head...), 1, rq.n*8+rq.mode)
+	return rq.appendTail(args)
+}
+
+// appendTail appends the stamp and permit id rq carries, if any.
+func (rq *request) appendTail(args []any) []any {
+	if rq.mode == modeRefund || rq.mode == modeRenew {
+		args = append(args, rq.taken)
+	}
+	if rq.pl.ids {
+		args = append(args, rq.id)
+	}
+	return args
+}
+
+// runOne makes one decision in a call of its own.
+func (l *Limiter) runOne(ctx context.Context, rq *request, keys []string, out []Result) error {
+	v, err := l.call(ctx, rq.pl, keys, rq.args(time.Now()))
+	if err != nil {
+		return err
+	}
+	return parseResults(v, out)
+}

@@ -1,0 +1,70 @@
+-- Concurrency: at most rate requests in flight per key, across every
+-- client of the Redis. A request in flight holds a permit: a member of a
+-- sorted set, scored by the instant it lapses, period after it was taken
+-- or last renewed. Its holder gives it back when done (REFUND) and keeps
+-- it beyond period with RENEW; a permit whose holder died (a crashed
+-- process, a lost connection) lapses by itself, so a crash never shrinks
+-- the limit for longer than period.
+--
+-- State    one sorted set: member a permit's id (chosen by the client,
+--          unique), score the µs at which it lapses. The key's TTL is that
+--          of its latest permit.
+-- Limit    ARGV: period µs (a permit's life without renewal), rate permits
+--
+-- Every request names its permit (the driver passes the id). Work per call
+-- is O(log N) in the N permits: lapsed permits are counted out with ZCOUNT
+-- and removed at most two per call, the oldest first, so the set never
+-- holds more than the permits of the last period. A denial's retry_after is
+-- a guess, since a permit is given back whenever its request ends: the time
+-- until the oldest permit lapses, at most a second.
+local cc = {nkeys = 1, nparams = 2, ids = true}
+
+function cc.params(args, a)
+  return {period = tonumber(args[a]), rate = tonumber(args[a + 1])}
+end
+
+function cc.load(keys, k, vals, p)
+  local key = keys[k]
+  local gone = call('ZRANGEBYSCORE', key, '-inf', clock, 'LIMIT', 0, 2)
+  if #gone > 0 then call('ZREM', key, unpack(gone)) end
+  local st = {key = key, live = call('ZCOUNT', key, fmt('(%d', clock), '+inf'), last = 0}
+  if st.live > 0 then st.last = tonumber(call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
+  return st
+end
+
+function cc.decide(st, p, n, mode, stamp, id)
+  local granted = 0
+  if mode == REFUND then
+    if call('ZREM', st.key, id) == 1 then st.live = st.live - 1 end
+  elseif mode == RENEW then
+    local score = call('ZSCORE', st.key, id)
+    if score and tonumber(score) > clock then
+      call('ZADD', st.key, 'XX', clock + p.period, id)
+      st.last, st.dirty = max(st.last, clock + p.period), true
+      granted = 1
+    end
+  elseif mode == CHARGE then
+    -- (a permit has no cost to charge)
+  elseif st.live + n <= p.rate then
+    granted = n
+    if mode ~= PEEK then
+      call('ZADD', st.key, clock + p.period, id)
+      st.live, st.last, st.dirty = st.live + n, clock + p.period, true
+    end
+  end
+  local retry, reset = 0, 0
+  if granted == 0 and mode <= ATMOST then
+    local first = call('ZRANGEBYSCORE', st.key, fmt('(%d', clock), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    retry = 1000000
+    if #first > 0 then retry = min(retry, tonumber(first[2]) - clock) end
+  end
+  if st.live > 0 then reset = st.last - clock end
+  if mode == RENEW then return granted, max(0, p.rate - st.live), 0, reset, 0 end
+  return granted, max(0, p.rate - st.live), retry, reset, 0
+end
+
+function cc.save(st, p, reset, nonpeek)
+  if st.dirty then call('PEXPIRE', st.key, max(1, ceil((st.last - clock) / 1000))) end
+end
+
+algorithms[6] = cc

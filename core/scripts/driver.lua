@@ -1,0 +1,96 @@
+-- Driver: decides requests on one or more caller keys under 1 to 8 layers
+-- (Limits, each with its algorithm), in order, at one Redis instant,
+-- exactly as one call per request at that instant would. One request under
+-- one layer is the common case; the client puts the requests of concurrent
+-- callers into one call when it can (several of one key: a hot key; several
+-- keys of one slot), and AllowLayers checks several Limits of one key.
+--
+-- KEYS   for each caller key: each layer's state keys (as many as its
+--        algorithm takes), in layer order; all keys of a call share a slot
+-- ARGV   L, the number of layers; for each layer its algorithm (Algorithm
+--        + 1) and its Limit (as the algorithm's file lists it); then for
+--        each caller key, in the order of KEYS: c, its number of requests,
+--        and c requests: code = n * 8 + mode (n units, mode as the prelude
+--        names them), then the stamp of the take for REFUND and RENEW, then
+--        the permit id when a layer's algorithm has ids (Concurrency)
+-- Reply  clock (Redis TIME, µs: the stamp of every decision of the call,
+--        which a REFUND names), then for each request, for each layer, five
+--        integers: granted units (0: this layer denies; for PEEK the n that
+--        would pass; 0 for REFUND, CHARGE and RENEW but a kept permit's 1),
+--        remaining units after it, retry_after µs (0 unless denied),
+--        reset_after µs (until the quota is whole), delay µs (LeakyBucket:
+--        how long an admitted request waits before it proceeds)
+--
+-- Under several layers a request is admitted only if every layer admits
+-- it, and then takes from each; when any layer denies, none is taken, and
+-- each layer's reply says whether it alone would admit. Nothing runs
+-- between the two passes: a call is atomic.
+local function run(keys, args)
+  if not call then init() end
+  now()
+  local nl = tonumber(args[1])
+  local layers, a, ids = {}, 2, false
+  for i = 1, nl do
+    local A = algorithms[tonumber(args[a])]
+    layers[i] = {A = A, p = A.params(args, a + 1)}
+    ids = ids or A.ids
+    a = a + 1 + A.nparams
+  end
+  -- (MGET rather than GET: a key of another type, a Concurrency set,
+  -- reads as nil instead of failing.)
+  local vals = call('MGET', unpack(keys))
+  local out, o, k = {clock}, 1, 1
+  local st, resets = {}, {}
+  while k <= #keys do
+    for i = 1, nl do
+      st[i] = layers[i].A.load(keys, k, vals, layers[i].p)
+      k = k + layers[i].A.nkeys
+    end
+    local nonpeek, c = false, tonumber(args[a])
+    a = a + 1
+    for _ = 1, c do
+      local code = tonumber(args[a])
+      local mode = code % 8
+      local n = (code - mode) / 8
+      local stamp, id = 0, 0
+      a = a + 1
+      if mode == REFUND or mode == RENEW then
+        stamp = tonumber(args[a])
+        a = a + 1
+      end
+      if ids then
+        id = args[a]
+        a = a + 1
+      end
+      if mode ~= PEEK then nonpeek = true end
+      if nl == 1 then
+        local l = layers[1]
+        local g, r, rt, rs, d = l.A.decide(st[1], l.p, n, mode, stamp, id)
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
+        o = o + 5
+        resets[1] = rs
+      else
+        local first, all, rep = mode, true, {}
+        if mode == CONSUME then first = PEEK end
+        for i = 1, nl do
+          local l = layers[i]
+          rep[i] = {l.A.decide(st[i], l.p, n, first, stamp, id)}
+          if first == PEEK and rep[i][1] == 0 then all = false end
+        end
+        if mode == CONSUME and all then
+          for i = 1, nl do
+            local l = layers[i]
+            rep[i] = {l.A.decide(st[i], l.p, n, CONSUME, stamp, id)}
+          end
+        end
+        for i = 1, nl do
+          for j = 1, 5 do out[o + j] = rep[i][j] end
+          o = o + 5
+          resets[i] = rep[i][4]
+        end
+      end
+    end
+    for i = 1, nl do layers[i].A.save(st[i], layers[i].p, resets[i], nonpeek) end
+  end
+  return out
+end
