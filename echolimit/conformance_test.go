@@ -26,33 +26,49 @@ func req(c echo.Context) conformance.Req {
 
 // newApp mounts the middleware on each route, where Echo knows the route
 // pattern (c.Path()).
-func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
-	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
-		return req(echolimit.Context(r))
-	}, true)
-	ec := echolimit.Config{Policy: p}
-	if f := cfg.KeyFunc; f != nil {
-		ec.IdentifierExtractor = func(c echo.Context) (string, error) { return f(req(c)) }
-	}
-	if f := cfg.Skip; f != nil {
-		ec.Skipper = func(c echo.Context) bool { return f(req(c)) }
-	}
-	if f := cfg.Deny; f != nil {
-		ec.DenyHandler = func(c echo.Context, d httplimit.Decision) error {
-			status, body := f(req(c), d)
-			return c.Blob(status, "text/plain; charset=utf-8", []byte(body))
+func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
+	var mws []echo.MiddlewareFunc
+	var first, check *httplimit.Policy
+	for i, cfg := range cfgs {
+		p, c := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+			return req(echolimit.Context(r))
+		}, true)
+		if i == 0 {
+			first, check = p, c
 		}
-	}
-	limited, err := ec.ToMiddleware()
-	if err != nil {
-		t.Fatal(err)
+		ec := echolimit.Config{Policy: p}
+		if f := cfg.KeyFunc; f != nil {
+			ec.IdentifierExtractor = func(c echo.Context) (string, error) { return f(req(c)) }
+		}
+		if f := cfg.Skip; f != nil {
+			ec.Skipper = func(c echo.Context) bool { return f(req(c)) }
+		}
+		if f := cfg.Deny; f != nil {
+			ec.DenyHandler = func(c echo.Context, d httplimit.Decision) error {
+				status, body := f(req(c), d)
+				return c.Blob(status, "text/plain; charset=utf-8", []byte(body))
+			}
+		}
+		mw, err := ec.ToMiddleware()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mws = append(mws, mw)
 	}
 	e := echo.New()
 	ok := func(c echo.Context) error { return c.String(http.StatusOK, "ok") }
-	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
-		e.GET(path, ok, limited)
+	// Echo routes HEAD apart from GET: one handler for both.
+	e.Match([]string{http.MethodGet, http.MethodHead}, "/", ok, mws...)
+	for _, path := range []string{"/search", "/healthz", "/items/:id"} {
+		e.GET(path, ok, mws...)
 	}
-	e.GET("/login", func(c echo.Context) error { return c.String(http.StatusUnauthorized, "bad password") }, limited)
+	e.GET("/login", func(c echo.Context) error { return c.String(http.StatusUnauthorized, "bad password") }, mws...)
+	e.GET("/spend", func(c echo.Context) error {
+		n, _ := strconv.Atoi(c.Request().Header.Get("X-Used"))
+		echolimit.ReportCost(c, first, n)
+		return c.String(http.StatusOK, "ok")
+	}, mws...)
+	e.GET("/inside", func(c echo.Context) error { return c.String(http.StatusOK, cfgs[0].Inside()) }, mws...)
 	e.GET("/upload", func(c echo.Context) error {
 		n, _ := strconv.Atoi(c.Request().Header.Get("X-Cost"))
 		if proceed, err := echolimit.Check(c, check, n); !proceed {
@@ -61,7 +77,7 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		return c.String(http.StatusOK, "stored")
 	})
 	e.GET("/reset", func(c echo.Context) error {
-		if err := echolimit.Reset(c, p); err != nil {
+		if err := echolimit.Reset(c, first); err != nil {
 			t.Errorf("Reset: %v", err)
 		}
 		return c.NoContent(http.StatusNoContent)

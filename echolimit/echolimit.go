@@ -70,10 +70,20 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if proceed, err := config.answer(c, &d); !proceed {
 				return err
 			}
-			if !d.WantsStatus() {
+			if !d.WantsFinish() {
 				return next(c)
 			}
+			if ctx := d.Attach(c.Request().Context()); ctx != c.Request().Context() {
+				c.SetRequest(c.Request().WithContext(ctx))
+			}
+			finished := false
+			defer func() {
+				if !finished { // the handler panicked: it failed
+					d.Finish(http.StatusInternalServerError)
+				}
+			}()
 			err := next(c)
+			finished = true
 			d.Finish(status(c, err))
 			return err
 		}
@@ -83,7 +93,7 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 // answer writes d's headers and, when the request does not proceed, its
 // answer; it reports whether the request proceeds.
 func (config *Config) answer(c echo.Context, d *httplimit.Decision) (bool, error) {
-	d.WriteHeaders(c.Response().Header().Set)
+	d.WriteHeaders(c.Response().Header())
 	switch {
 	case d.Proceed():
 		return true, nil
@@ -152,6 +162,13 @@ func Reset(c echo.Context, p *httplimit.Policy) error {
 	q := wrap(c)
 	defer q.release()
 	return p.Reset(q)
+}
+
+// ReportCost tells p what the request really cost, for
+// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
+// settles it when the handler returns.
+func ReportCost(c echo.Context, p *httplimit.Policy, units int) bool {
+	return httplimit.ReportCost(c.Request().Context(), p, units)
 }
 
 // requests recycles the wrappers of echo.Context: an interface is two

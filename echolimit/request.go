@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -18,9 +17,7 @@ type request struct{ c echo.Context }
 func (q *request) Context() context.Context { return q.c.Request().Context() }
 func (q *request) RemoteAddr() string       { return q.c.Request().RemoteAddr }
 func (q *request) Method() string           { return q.c.Request().Method }
-func (q *request) Header(name string) string {
-	return strings.Join(q.c.Request().Header.Values(name), ", ")
-}
+func (q *request) Header(name string) []string { return q.c.Request().Header.Values(name) }
 
 // Route is the matched route pattern (c.Path(), "/items/:id"), "" when no
 // route matched.

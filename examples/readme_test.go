@@ -17,6 +17,7 @@ import (
 // takes as given (see readmeParams).
 var readmeImports = map[string]string{
 	"context":      "context",
+	"errors":       "errors",
 	"flag":         "flag",
 	"fmt":          "fmt",
 	"log":          "log",
@@ -98,7 +99,7 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 
 // readmeUse refers to each import, so an import no snippet uses compiles.
 var readmeUse = map[string]string{
-	"context": "context.Background", "flag": "flag.TextVar", "fmt": "fmt.Sprint", "log": "log.Fatal",
+	"context": "context.Background", "errors": "errors.New", "flag": "flag.TextVar", "fmt": "fmt.Sprint", "log": "log.Fatal",
 	"http": "http.StatusOK", "testing": "testing.Short", "time": "time.Second", "redis": "redis.Nil",
 	"prometheus": "prometheus.MustRegister", "gin": "gin.New", "echo": "echo.New", "echo5": "echo5.New",
 	"fiber": "fiber.New", "fiber3": "fiber3.New", "core": "core.PerSecond", "httplimit": "httplimit.New",

@@ -37,28 +37,36 @@ const testContext = "conformance-context"
 // Requests are served through app.Handler() on a fasthttp.RequestCtx made
 // with Init, fasthttp's own way of testing a handler: app.Test always
 // reports the peer 0.0.0.0, and the suite needs to choose the peer address.
-func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
-	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
-		return req(fiberlimit.Ctx(r))
-	}, true)
-	fc := fiberlimit.Config{Policy: p}
-	if f := cfg.Skip; f != nil {
-		fc.Next = func(c *fiber.Ctx) bool { return f(req(c)) }
-	}
-	if f := cfg.KeyFunc; f != nil {
-		fc.KeyGenerator = func(c *fiber.Ctx) string {
-			k, err := f(req(c))
-			if err != nil {
-				return "" // Fiber's shape has no error: unkeyable is empty
+func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
+	var mws []fiber.Handler
+	var first, check *httplimit.Policy
+	for i, cfg := range cfgs {
+		p, c := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+			return req(fiberlimit.Ctx(r))
+		}, true)
+		if i == 0 {
+			first, check = p, c
+		}
+		fc := fiberlimit.Config{Policy: p}
+		if f := cfg.Skip; f != nil {
+			fc.Next = func(c *fiber.Ctx) bool { return f(req(c)) }
+		}
+		if f := cfg.KeyFunc; f != nil {
+			fc.KeyGenerator = func(c *fiber.Ctx) string {
+				k, err := f(req(c))
+				if err != nil {
+					return "" // Fiber's shape has no error: unkeyable is empty
+				}
+				return k
 			}
-			return k
 		}
-	}
-	if f := cfg.Deny; f != nil {
-		fc.LimitReached = func(c *fiber.Ctx, d httplimit.Decision) error {
-			status, body := f(req(c), d)
-			return c.Status(status).SendString(body)
+		if f := cfg.Deny; f != nil {
+			fc.LimitReached = func(c *fiber.Ctx, d httplimit.Decision) error {
+				status, body := f(req(c), d)
+				return c.Status(status).SendString(body)
+			}
 		}
+		mws = append(mws, fiberlimit.New(fc))
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(func(c *fiber.Ctx) error {
@@ -67,12 +75,21 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		}
 		return c.Next()
 	})
-	limited := fiberlimit.New(fc)
-	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
-	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
-		app.Get(path, limited, ok)
+	route := func(path string, h fiber.Handler) {
+		app.Get(path, append(append([]fiber.Handler(nil), mws...), h)...)
 	}
-	app.Get("/login", limited, func(c *fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
+	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
+	// Fiber's Get serves HEAD too, through the same handler.
+	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
+		route(path, ok)
+	}
+	route("/login", func(c *fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
+	route("/spend", func(c *fiber.Ctx) error {
+		n, _ := strconv.Atoi(c.Get("X-Used"))
+		fiberlimit.ReportCost(c, first, n)
+		return c.SendString("ok")
+	})
+	route("/inside", func(c *fiber.Ctx) error { return c.SendString(cfgs[0].Inside()) })
 	app.Get("/upload", func(c *fiber.Ctx) error {
 		n, _ := strconv.Atoi(c.Get("X-Cost"))
 		if proceed, err := fiberlimit.Check(c, check, n); !proceed {
@@ -81,7 +98,7 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		return c.SendString("stored")
 	})
 	app.Get("/reset", func(c *fiber.Ctx) error {
-		if err := fiberlimit.Reset(c, p); err != nil {
+		if err := fiberlimit.Reset(c, first); err != nil {
 			t.Errorf("Reset: %v", err)
 		}
 		c.Status(http.StatusNoContent)

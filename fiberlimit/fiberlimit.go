@@ -70,10 +70,18 @@ func New(config ...Config) fiber.Handler {
 		if proceed, err := cfg.answer(c, &d); !proceed {
 			return err
 		}
-		if !d.WantsStatus() {
+		if !d.WantsFinish() {
 			return c.Next()
 		}
+		c.SetUserContext(d.Attach(c.UserContext()))
+		finished := false
+		defer func() {
+			if !finished { // a handler panicked: it failed
+				d.Finish(fiber.StatusInternalServerError)
+			}
+		}()
 		err := c.Next()
+		finished = true
 		d.Finish(status(c, err))
 		return err
 	}
@@ -82,7 +90,7 @@ func New(config ...Config) fiber.Handler {
 // answer writes d's headers and, when the request does not proceed, its
 // answer; it reports whether the request proceeds.
 func (cfg *Config) answer(c *fiber.Ctx, d *httplimit.Decision) (bool, error) {
-	d.WriteHeaders(c.Set)
+	d.WriteHeaders(respHeader{c})
 	switch {
 	case d.Proceed():
 		return true, nil
@@ -91,6 +99,19 @@ func (cfg *Config) answer(c *fiber.Ctx, d *httplimit.Decision) (bool, error) {
 	}
 	c.Set(fiber.HeaderContentType, fiber.MIMEApplicationJSON)
 	return false, c.Status(d.Status()).Send(d.Body())
+}
+
+// respHeader is the response header of c, as httplimit writes it.
+type respHeader struct{ c *fiber.Ctx }
+
+func (h respHeader) Get(name string) string { return h.c.GetRespHeader(name) }
+func (h respHeader) Set(name, value string) { h.c.Set(name, value) }
+
+// ReportCost tells p what the request really cost, for
+// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
+// settles it when the handler returns.
+func ReportCost(c *fiber.Ctx, p *httplimit.Policy, units int) bool {
+	return httplimit.ReportCost(c.UserContext(), p, units)
 }
 
 // status is the status a handler answered with, or will through Fiber's

@@ -97,7 +97,7 @@ func TestKeyByIP(t *testing.T) {
 		EnableTrustedProxyCheck: true, TrustedProxies: []string{"0.0.0.0"}})
 	var got string
 	app.Get("/", func(c *fiber.Ctx) error {
-		got, _ = KeyByIP()(request{c})
+		got, _ = KeyByFiberIP()(request{c})
 		return nil
 	})
 	r := httptest.NewRequest("GET", "/", nil)

@@ -19,30 +19,23 @@ func (q request) Context() context.Context { return q.c.UserContext() }
 func (q request) RemoteAddr() string       { return q.c.Context().RemoteAddr().String() }
 func (q request) Method() string           { return q.c.Method() }
 
-// Header joins every line of the header, as httplimit.Request requires.
-func (q request) Header(name string) string {
-	return joinLines(q.c.Request().Header.PeekAll(name))
-}
+// Header returns every line of the header, copied out of fasthttp's
+// buffers.
+func (q request) Header(name string) []string { return lines(q.c.Request().Header.PeekAll(name)) }
 
 // Route is the pattern of the route being executed (c.Route().Path); see
 // the package documentation for middleware registered with app.Use.
 func (q request) Route() string { return q.c.Route().Path }
 
-func joinLines(lines [][]byte) string {
-	switch len(lines) {
-	case 0:
-		return ""
-	case 1:
-		return string(lines[0])
+func lines(raw [][]byte) []string {
+	if len(raw) == 0 {
+		return nil
 	}
-	b := make([]byte, 0, 64)
-	for i, l := range lines {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, l...)
+	out := make([]string, len(raw))
+	for i, l := range raw {
+		out[i] = string(l)
 	}
-	return string(b)
+	return out
 }
 
 // Ctx is the *fiber.Ctx behind r, for the hooks of httplimit.Config (Key,
@@ -80,15 +73,16 @@ type fiberIP struct{ request }
 
 func (q fiberIP) RemoteAddr() string { return q.c.IP() }
 
-// KeyByIP keys requests by Fiber's c.IP(), grouped like httplimit.KeyByIP
-// (IPv6 by /64).
+// KeyByFiberIP keys requests by Fiber's own idea of the client IP, c.IP()
+// (which follows Fiber's ProxyHeader and trusted-proxy settings), grouped
+// like httplimit.KeyByIP (IPv6 by /64).
 //
 // Use it only if you configured Fiber's trusted proxies (ProxyHeader with
 // EnableTrustedProxyCheck and TrustedProxies): with ProxyHeader alone,
 // Fiber reads that header from any peer, so any client could choose its own
 // key. The default key, the peer address, does not depend on Fiber's
 // settings.
-func KeyByIP() httplimit.KeyFunc {
+func KeyByFiberIP() httplimit.KeyFunc {
 	byIP, _ := httplimit.KeyByIP(httplimit.ClientIP{}) // the zero ClientIP is always valid
 	return func(r httplimit.Request) (string, error) {
 		q, ok := r.(request)

@@ -97,7 +97,7 @@ func TestKeyByIP(t *testing.T) {
 	var got string
 	app.Get("/", func(c fiber.Ctx) error {
 		q := wrap(c)
-		got, _ = KeyByIP()(q)
+		got, _ = KeyByFiberIP()(q)
 		q.release()
 		return nil
 	})

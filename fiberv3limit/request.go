@@ -20,23 +20,18 @@ func (q *request) Context() context.Context { return q.c.Context() }
 func (q *request) RemoteAddr() string       { return q.c.RequestCtx().RemoteAddr().String() }
 func (q *request) Method() string           { return q.c.Method() }
 
-// Header joins every line of the header, as httplimit.Request requires.
-func (q *request) Header(name string) string {
-	lines := q.c.Request().Header.PeekAll(name)
-	switch len(lines) {
-	case 0:
-		return ""
-	case 1:
-		return string(lines[0])
+// Header returns every line of the header, copied out of fasthttp's
+// buffers.
+func (q *request) Header(name string) []string {
+	raw := q.c.Request().Header.PeekAll(name)
+	if len(raw) == 0 {
+		return nil
 	}
-	b := make([]byte, 0, 64)
-	for i, l := range lines {
-		if i > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, l...)
+	out := make([]string, len(raw))
+	for i, l := range raw {
+		out[i] = string(l)
 	}
-	return string(b)
+	return out
 }
 
 // Route is the pattern of the route being executed (c.Route().Path); see
@@ -78,11 +73,11 @@ type fiberIP struct{ *request }
 
 func (q fiberIP) RemoteAddr() string { return q.c.IP() }
 
-// KeyByIP keys requests by Fiber's c.IP(), grouped like httplimit.KeyByIP
+// KeyByFiberIP keys requests by Fiber's c.IP(), grouped like httplimit.KeyByIP
 // (IPv6 by /64), for apps that set Fiber's ProxyHeader with TrustProxy and
 // TrustProxyConfig: Fiber then reads the header only from those proxies.
 // The default key, the peer address, does not depend on Fiber's settings.
-func KeyByIP() httplimit.KeyFunc {
+func KeyByFiberIP() httplimit.KeyFunc {
 	byIP, _ := httplimit.KeyByIP(httplimit.ClientIP{}) // the zero ClientIP is always valid
 	return func(r httplimit.Request) (string, error) {
 		q, ok := r.(*request)

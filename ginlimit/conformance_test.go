@@ -30,28 +30,44 @@ func req(c *gin.Context) conformance.Req {
 
 // newApp mounts the middleware on each route, where Gin knows the route
 // pattern (c.FullPath()).
-func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
+func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	releaseMode.Do(func() { gin.SetMode(gin.ReleaseMode) })
-	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
-		return req(ginlimit.Context(r))
-	}, false)
-	var opts []ginlimit.Option
-	if f := cfg.Skip; f != nil {
-		opts = append(opts, ginlimit.WithSkip(func(c *gin.Context) bool { return f(req(c)) }))
+	var mws []gin.HandlerFunc
+	var first, check *httplimit.Policy
+	for i, cfg := range cfgs {
+		p, c := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+			return req(ginlimit.Context(r))
+		}, false)
+		if i == 0 {
+			first, check = p, c
+		}
+		var opts []ginlimit.Option
+		if f := cfg.Skip; f != nil {
+			opts = append(opts, ginlimit.WithSkip(func(c *gin.Context) bool { return f(req(c)) }))
+		}
+		if f := cfg.Deny; f != nil {
+			opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, d httplimit.Decision) {
+				status, body := f(req(c), d)
+				c.Data(status, "text/plain; charset=utf-8", []byte(body))
+			}))
+		}
+		mws = append(mws, ginlimit.New(p, opts...))
 	}
-	if f := cfg.Deny; f != nil {
-		opts = append(opts, ginlimit.WithDenyHandler(func(c *gin.Context, d httplimit.Decision) {
-			status, body := f(req(c), d)
-			c.Data(status, "text/plain; charset=utf-8", []byte(body))
-		}))
-	}
-	limited := ginlimit.New(p, opts...)
+	limited := func(h gin.HandlerFunc) []gin.HandlerFunc { return append(append([]gin.HandlerFunc(nil), mws...), h) }
 	r := gin.New()
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
-	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
-		r.GET(path, limited, ok)
+	// Gin routes HEAD apart from GET: one handler for both.
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/", limited(ok)...)
+	for _, path := range []string{"/search", "/healthz", "/items/:id"} {
+		r.GET(path, limited(ok)...)
 	}
-	r.GET("/login", limited, func(c *gin.Context) { c.String(http.StatusUnauthorized, "bad password") })
+	r.GET("/login", limited(func(c *gin.Context) { c.String(http.StatusUnauthorized, "bad password") })...)
+	r.GET("/spend", limited(func(c *gin.Context) {
+		n, _ := strconv.Atoi(c.GetHeader("X-Used"))
+		ginlimit.ReportCost(c, first, n)
+		c.String(http.StatusOK, "ok")
+	})...)
+	r.GET("/inside", limited(func(c *gin.Context) { c.String(http.StatusOK, cfgs[0].Inside()) })...)
 	r.GET("/upload", func(c *gin.Context) {
 		n, _ := strconv.Atoi(c.GetHeader("X-Cost"))
 		if ginlimit.Check(c, check, n) {
@@ -59,7 +75,7 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		}
 	})
 	r.GET("/reset", func(c *gin.Context) {
-		if err := ginlimit.Reset(c, p); err != nil {
+		if err := ginlimit.Reset(c, first); err != nil {
 			t.Errorf("Reset: %v", err)
 		}
 		c.Status(http.StatusNoContent)

@@ -1,6 +1,8 @@
 package ginlimit
 
 import (
+	"net/http"
+
 	"github.com/gin-gonic/gin"
 
 	"github.com/redlimit/redlimit/httplimit"
@@ -46,10 +48,20 @@ func New(p *httplimit.Policy, opts ...Option) gin.HandlerFunc {
 			return
 		}
 		d := p.Decide(request{ctx})
-		if !c.answer(ctx, &d) || !d.WantsStatus() {
+		if !c.answer(ctx, &d) || !d.WantsFinish() {
 			return
 		}
+		if rc := d.Attach(ctx.Request.Context()); rc != ctx.Request.Context() {
+			ctx.Request = ctx.Request.WithContext(rc)
+		}
+		finished := false
+		defer func() {
+			if !finished { // a handler panicked: it failed
+				d.Finish(http.StatusInternalServerError)
+			}
+		}()
 		ctx.Next()
+		finished = true
 		d.Finish(ctx.Writer.Status())
 	}
 }
@@ -60,7 +72,7 @@ func (c *config) answer(ctx *gin.Context, d *httplimit.Decision) bool {
 	if d.Err != nil && d.Outcome != httplimit.OutcomeCanceled {
 		_ = ctx.Error(d.Err)
 	}
-	d.WriteHeaders(ctx.Header)
+	d.WriteHeaders(ctx.Writer.Header())
 	switch {
 	case d.Proceed():
 		return true
@@ -88,4 +100,11 @@ func Check(ctx *gin.Context, p *httplimit.Policy, n int) bool {
 // whole again (after a successful login, say).
 func Reset(ctx *gin.Context, p *httplimit.Policy) error {
 	return p.Reset(request{ctx})
+}
+
+// ReportCost tells p what the request really cost, for
+// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
+// settles it when the handler returns.
+func ReportCost(ctx *gin.Context, p *httplimit.Policy, units int) bool {
+	return httplimit.ReportCost(ctx.Request.Context(), p, units)
 }

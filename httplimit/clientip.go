@@ -42,7 +42,11 @@ func KeyByIP(c ClientIP) (KeyFunc, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func(q Request) (string, error) { return r.key(q.RemoteAddr(), q.Header) }, nil
+	return func(q Request) (string, error) {
+		// Every line of the header, right to left (read only from a
+		// trusted peer).
+		return r.key(q.RemoteAddr(), func(name string) string { return strings.Join(q.Header(name), ",") })
+	}, nil
 }
 
 // errNoClientIP is returned when neither the peer address nor a trusted

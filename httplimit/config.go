@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
@@ -24,18 +25,20 @@ type Config struct {
 
 	// LimitFunc chooses the Limit per request (a tenant's tier, an
 	// override read with core.Overrides); its second result false means
-	// "use Limit". A key keeps one state whatever Limit it is decided
-	// under, as after a change of its Limit: that is what tiers need. For
-	// routes with limits of their own, give them keys of their own
-	// (KeyJoin with KeyByRoute), or one Policy each, with its own Name.
-	// Default: none.
-	LimitFunc func(Request) (core.Limit, bool)
+	// "use Limit". It runs only for a request that was keyed, and gets the
+	// key Key returned: when Key verifies what the client claims (an API
+	// key, a tenant), LimitFunc sees only verified ones. A key keeps one
+	// state whatever Limit it is decided under, as after a change of its
+	// Limit: that is what tiers need. For routes with limits of their own,
+	// give them keys of their own (KeyJoin with KeyByRoute), or one Policy
+	// each, with its own Name. Default: none.
+	LimitFunc func(r Request, key string) (core.Limit, bool)
 
 	// Layers are further limits on the same key, decided atomically with
 	// Limit in one round trip (Limit 10 per second, Layers 1000 per hour):
 	// a request is admitted only if all admit, and takes from all. At most
-	// 7. The X-RateLimit headers report the strictest; the IETF fields list
-	// every layer. Default: none.
+	// 7 (6 with InFlight). The X-RateLimit headers report the strictest;
+	// the IETF fields list every layer. Default: none.
 	Layers []core.Limit
 
 	// Global, if set, is a ceiling shared by all keys (5000 per second for
@@ -46,6 +49,20 @@ type Config struct {
 	// A request the Global denies has still used its key's quota.
 	// Default: none.
 	Global *core.Limit
+
+	// InFlight, if above 0, is how many requests of a key may be in flight
+	// at once across every instance that shares the Redis: a request takes
+	// a permit with its rate layers, atomically, and gives it back when
+	// the handler returns. One refused for it gets 429 with Retry-After (a
+	// second at most: a request in flight may end at any moment) and the
+	// Outcome OutcomeInFlight. Default: 0, no limit.
+	InFlight int
+
+	// InFlightLease is how long a permit outlives a process that died
+	// holding it (a crash, a lost connection): it lapses this long after
+	// it was taken or last renewed; the Policy renews it every half of
+	// this while the handler runs. Default: 10s.
+	InFlightLease time.Duration
 
 	// Name namespaces the keys, so two Policies never share counters, and
 	// names the IETF policy. Default: "http".
@@ -74,10 +91,20 @@ type Config struct {
 	// free to proceed, and takes it; when the handler's status does not
 	// count, the unit is given back (Limiter.Refund). So concurrent
 	// requests never pass beyond the limit: the only error is on the strict
-	// side, a request in flight holding its unit until it ends. SlidingWindow
-	// cannot give units back and cannot be used with it. Default: every
+	// side, a request in flight holding its unit until it ends, and a
+	// request that ends after its unit's window (or after its bucket would
+	// have refilled the unit anyway) gives nothing back. Default: every
 	// request counts.
 	CountIf func(status int) bool
+
+	// Settle lets a handler report what its request really cost once that
+	// is known (the tokens of an LLM completion, the bytes streamed), with
+	// ReportCost (each adapter has one): when the handler returns, the
+	// Policy settles the difference with Limiter.Settle, giving back what
+	// the request did not use, or charging the excess as a debt that later
+	// requests of the key wait out at the Limit's rate. The request still
+	// takes its Cost first, to be admitted at all. Default: false.
+	Settle bool
 
 	// Headers are the rate-limit response fields, a list of styles.
 	// Default (nil): Headers{XRateLimit{}}. An empty Headers{} sends none;
@@ -162,7 +189,7 @@ func New(cfg Config) (*Policy, error) {
 	}
 	p := &Policy{
 		limiter: cfg.Limiter, limit: cfg.Limit, limitFunc: cfg.LimitFunc, name: cfg.Name, key: cfg.Key,
-		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, headers: cfg.Headers,
+		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, settle: cfg.Settle, headers: cfg.Headers,
 		fail: cfg.Fail, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observer: cfg.Observer,
 	}
 	if p.limit == (core.Limit{}) {
@@ -171,10 +198,9 @@ func New(cfg Config) (*Policy, error) {
 	if err := p.limit.Validate(); err != nil {
 		return nil, fmt.Errorf("httplimit: Config.Limit: %w", err)
 	}
-	if len(cfg.Layers) > 7 {
-		return nil, fmt.Errorf("httplimit: Config.Layers: at most 7, got %d", len(cfg.Layers))
+	if most := 7 - min(1, max(0, cfg.InFlight)); len(cfg.Layers) > most {
+		return nil, fmt.Errorf("httplimit: Config.Layers: at most %d, got %d", most, len(cfg.Layers))
 	}
-	limits := append([]core.Limit{p.limit}, cfg.Layers...)
 	for i, l := range cfg.Layers {
 		if err := l.Validate(); err != nil {
 			return nil, fmt.Errorf("httplimit: Config.Layers[%d]: %w", i, err)
@@ -187,13 +213,19 @@ func New(cfg Config) (*Policy, error) {
 		}
 		g := p.capWait(*cfg.Global)
 		p.global = &g
-		limits = append(limits, g)
 	}
-	if p.countIf != nil {
-		for _, l := range limits {
-			if l.Algorithm == core.SlidingWindow {
-				return nil, errors.New("httplimit: Config.CountIf gives units back, which SlidingWindow cannot: use SlidingWindowCounter")
-			}
+	switch {
+	case cfg.InFlight < 0:
+		return nil, fmt.Errorf("httplimit: Config.InFlight must be >= 0, got %d", cfg.InFlight)
+	case cfg.InFlightLease < 0:
+		return nil, fmt.Errorf("httplimit: Config.InFlightLease must be >= 0, got %v", cfg.InFlightLease)
+	case cfg.InFlight > 0:
+		p.inflight = core.InFlight(cfg.InFlight)
+		if cfg.InFlightLease > 0 {
+			p.inflight.Period = cfg.InFlightLease
+		}
+		if err := p.inflight.Validate(); err != nil {
+			return nil, fmt.Errorf("httplimit: Config.InFlight: %w", err)
 		}
 	}
 	if p.name == "" {
@@ -228,6 +260,7 @@ func New(cfg Config) (*Policy, error) {
 		return r
 	}, p.name))
 	p.globalKey = p.name + "|global"
+	p.noRoute = new(atomic.Bool)
 	return p, nil
 }
 

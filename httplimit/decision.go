@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
@@ -32,9 +34,12 @@ const (
 	// OutcomeNoKey: the key function could not key the request; 400,
 	// unless Config.ServeUnkeyed serves it unlimited.
 	OutcomeNoKey
+	// OutcomeInFlight: too many requests of the key are in flight
+	// (Config.InFlight); 429, unless the Policy is a dry run.
+	OutcomeInFlight
 )
 
-var outcomeNames = [...]string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key"}
+var outcomeNames = [...]string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key", "in_flight"}
 
 // String returns the outcome's snake_case name.
 func (o Outcome) String() string {
@@ -58,8 +63,14 @@ type Decision struct {
 	Policy string
 	// Outcome is what the request gets.
 	Outcome Outcome
-	// Result is the Limiter's answer to report: the strictest layer's, or
-	// the Global's denial (zero when there was none).
+	// Key is what the key function returned for the request ("ip:192.0.2.1",
+	// "h:X-Api-Key:..."), "" when it could not key it. It is the client's
+	// data: log it where that is allowed, never use it as a metric label
+	// (the keys are unbounded, and so would the series be).
+	Key string
+	// Result is the Limiter's answer to report: the strictest rate layer's,
+	// the InFlight permit's refusal, or the Global's denial (zero when
+	// there was none).
 	Result core.Result
 	// Limit is the Limit the key was decided under: Config.Limit, or the
 	// one LimitFunc chose.
@@ -76,20 +87,22 @@ type Decision struct {
 	key         string // as sent to the Limiter ("<name>:<key>")
 	cost        int
 	capacity    int           // of the layer Result reports
-	main        layerResult   // the key's Limit
-	extra       []layerResult // Config.Layers
+	layers      []layerResult // the Limit, Config.Layers, the InFlight permit
 	global      layerResult
 	askedGlobal bool
 	took        bool // the key's layers took cost
 	tookGlobal  bool
+	reported    *atomic.Int64 // the cost a handler reported (Config.Settle), -1: none
+	renewal     *renewal      // keeps the InFlight permit while the handler runs
 }
 
-// layerResult is one layer's answer, with what the headers say of it.
+// layerResult is one layer's answer, with the Limit it was decided under.
 type layerResult struct {
 	core.Result
-	capacity int
-	period   time.Duration
+	limit core.Limit
 }
+
+func (r layerResult) inflight() bool { return r.limit.Algorithm == core.Concurrency }
 
 // RedisFault reports a Limiter failure that was Redis' (an error, a
 // timeout, an open circuit), not the request's: what a metric of Redis
@@ -98,18 +111,25 @@ func (d *Decision) RedisFault() bool {
 	return (d.Outcome == OutcomeFailedOpen || d.Outcome == OutcomeFailedClosed) && !isCallerError(d.Err)
 }
 
-// strictest is what to report of the key's layers: the denying layer with
-// the longest RetryAfter if any denies, else the layer with the least
+// strictest is what to report of the key's rate layers: the denying layer
+// with the longest RetryAfter if any denies, else the layer with the least
 // Remaining (the longest ResetAfter among equals), carrying the longest
-// Delay of any layer, since a request leaves only when every layer lets it.
+// Delay of any layer, since a request leaves only when every layer lets
+// it. The InFlight permit is reported only when it alone refuses.
 func (d *Decision) strictest() (core.Result, int) {
-	best := d.main
-	delay := d.main.Delay
-	for _, r := range d.extra {
+	var best layerResult
+	found := false
+	delay := time.Duration(0)
+	for _, r := range d.layers {
+		if r.inflight() {
+			continue
+		}
 		if r.Allowed {
 			delay = max(delay, r.Delay)
 		}
 		switch {
+		case !found:
+			best, found = r, true
 		case best.Allowed != r.Allowed:
 			if !r.Allowed {
 				best = r
@@ -123,17 +143,27 @@ func (d *Decision) strictest() (core.Result, int) {
 		}
 	}
 	if best.Allowed {
+		if n := len(d.layers); d.layers[n-1].inflight() && !d.layers[n-1].Allowed {
+			// Only the permit refuses: say so, with the rate layer's fields
+			// for the X-RateLimit headers and the permit's wait.
+			best.Allowed, best.Granted, best.Delay = false, 0, 0
+			best.RetryAfter = d.layers[n-1].RetryAfter
+			return best.Result, best.limit.Capacity()
+		}
 		best.Delay = delay
 	}
-	return best.Result, best.capacity
+	return best.Result, best.limit.Capacity()
 }
 
-// eachLayer calls f with each layer's answer, the key's Limit first.
-func (d *Decision) eachLayer(f func(i int, r layerResult)) {
-	f(0, d.main)
-	for i, r := range d.extra {
-		f(i+1, r)
+// inflightDenied reports that the InFlight permit, and no rate layer,
+// refused the request.
+func (d *Decision) inflightDenied() bool {
+	for _, r := range d.layers {
+		if !r.Allowed && !r.inflight() {
+			return false
+		}
 	}
+	return len(d.layers) > 0 && d.layers[len(d.layers)-1].inflight() && !d.layers[len(d.layers)-1].Allowed
 }
 
 // Proceed reports whether the request should go on to the handler.
@@ -147,14 +177,14 @@ func (d *Decision) Proceed() bool {
 		return true
 	case OutcomeNoKey:
 		return p.serveUnkeyed || p.dryRun
-	case OutcomeDenied, OutcomeFailedClosed:
+	case OutcomeDenied, OutcomeInFlight, OutcomeFailedClosed:
 		return p.dryRun
 	}
 	return false
 }
 
 // Status is the HTTP status to answer when the request does not proceed:
-// 429 when denied, 503 when the Limiter failed closed, 400 when the
+// 429 when denied (for its rate or its InFlight permit), 503 when the Limiter failed closed, 400 when the
 // request has no key, 499 (client closed request) when its context ended
 // first; 0 when it proceeds.
 func (d *Decision) Status() int {
@@ -162,7 +192,7 @@ func (d *Decision) Status() int {
 		return 0
 	}
 	switch d.Outcome {
-	case OutcomeDenied:
+	case OutcomeDenied, OutcomeInFlight:
 		return http.StatusTooManyRequests
 	case OutcomeFailedClosed:
 		return http.StatusServiceUnavailable
@@ -181,7 +211,7 @@ func (d *Decision) RetryAfter() int64 {
 		return 0
 	}
 	switch d.Outcome {
-	case OutcomeDenied:
+	case OutcomeDenied, OutcomeInFlight:
 		return max(1, ceilSeconds(d.Result.RetryAfter))
 	case OutcomeFailedClosed:
 		return 1
@@ -189,19 +219,30 @@ func (d *Decision) RetryAfter() int64 {
 	return 0
 }
 
-// WriteHeaders writes the response headers of the decision through set,
-// which every framework has in this shape (http.Header.Set, gin's
-// c.Header, echo's Response().Header().Set, fiber's c.Set): the rate-limit
-// fields of Config.Headers when the Limiter decided, and Retry-After when
-// the request is refused for a while.
-func (d *Decision) WriteHeaders(set func(name, value string)) {
-	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied) {
-		for _, h := range d.policy.headers {
-			h.WriteHeaders(set, d)
+// HeaderWriter is a response's header, as every framework has it:
+// http.Header (net/http, Gin, Echo) satisfies it; the Fiber adapters wrap
+// their context.
+type HeaderWriter interface {
+	Get(name string) string
+	Set(name, value string)
+}
+
+// WriteHeaders writes the response headers of the decision into h: the
+// rate-limit fields of Config.Headers when the Limiter decided, and
+// Retry-After when the request is refused for a while. Several Policies
+// on one route compose: each reads what the ones before it wrote, so the
+// IETF fields list every policy, X-RateLimit-* describe the most
+// restrictive (the lowest Remaining), and Retry-After is the longest wait.
+func (d *Decision) WriteHeaders(h HeaderWriter) {
+	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight) {
+		for _, s := range d.policy.headers {
+			s.WriteHeaders(h, d)
 		}
 	}
 	if s := d.RetryAfter(); s > 0 {
-		set("Retry-After", strconv.FormatInt(s, 10))
+		if prev, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64); err != nil || prev < s {
+			h.Set("Retry-After", strconv.FormatInt(s, 10))
+		}
 	}
 }
 
@@ -214,7 +255,7 @@ func (d *Decision) Body() []byte {
 	switch {
 	case d.Proceed():
 		return nil
-	case d.Outcome == OutcomeDenied:
+	case d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight:
 		b := append(make([]byte, 0, 64), `{"error":"rate limit exceeded","retry_after":`...)
 		b = strconv.AppendInt(b, d.RetryAfter(), 10)
 		return append(b, "}\n"...)
@@ -226,35 +267,136 @@ func (d *Decision) Body() []byte {
 	return []byte("{\"error\":\"request canceled\"}\n")
 }
 
-// WantsStatus reports whether the Policy counts by response status
-// (Config.CountIf) and this request took units: then the adapter passes
-// the handler's status to Finish.
-func (d *Decision) WantsStatus() bool {
-	return d.policy != nil && d.policy.countIf != nil && (d.took || d.tookGlobal) && d.Proceed()
+// WantsFinish reports whether the Policy must hear how the request ended
+// (Config.CountIf, Config.InFlight, Config.Settle): then the adapter
+// passes the handler's status to Finish once the handler has returned,
+// and serves the handler with Attach's context.
+func (d *Decision) WantsFinish() bool {
+	p := d.policy
+	return p != nil && (p.countIf != nil || p.inflight.Rate > 0 || p.settle) && (d.took || d.tookGlobal) && d.Proceed()
 }
 
-// Finish tells the Policy the status the handler answered with. Under
-// Config.CountIf, a request whose status does not count gets its units
-// back. The refund is bounded by the Limiter's timeout, and runs even when
-// the request's context has ended; a failed refund errs on the strict side
-// and is not reported.
+// Attach returns ctx carrying the decision, for ReportCost, when the
+// Policy settles costs (Config.Settle); else ctx itself.
+func (d *Decision) Attach(ctx context.Context) context.Context {
+	if d.policy == nil || !d.policy.settle || !d.took {
+		return ctx
+	}
+	d.reported = new(atomic.Int64)
+	d.reported.Store(-1)
+	return context.WithValue(ctx, settleKey{d.policy}, d.reported)
+}
+
+type settleKey struct{ p *Policy }
+
+// ReportCost tells p what the request whose context ctx is (the context
+// the adapter served the handler with) really cost, for Config.Settle; the
+// last report before the handler returns counts. It reports false when
+// there is nothing to report to: p does not settle, or did not take units
+// for this request. Each adapter has a ReportCost that takes its
+// framework's request.
+func ReportCost(ctx context.Context, p *Policy, units int) bool {
+	v, ok := ctx.Value(settleKey{p}).(*atomic.Int64)
+	if !ok || units < 0 {
+		return false
+	}
+	v.Store(int64(units))
+	return true
+}
+
+// Finish tells the Policy the status the handler answered with, once it
+// has returned: the InFlight permit is given back; under Config.CountIf a
+// request whose status does not count gets its units back; under
+// Config.Settle a reported cost is settled. The calls are bounded by the
+// Limiter's timeout and run even when the request's context has ended; one
+// that fails errs on the strict side (a permit then lapses by itself) and
+// is not reported.
 func (d *Decision) Finish(status int) {
-	if !d.WantsStatus() || d.policy.countIf(status) {
+	if !d.WantsFinish() {
 		return
 	}
+	d.renewal.stop()
 	p := d.policy
 	ctx := context.WithoutCancel(d.ctx)
+	refund := p.countIf != nil && !p.countIf(status)
+	used := int64(-1)
+	if d.reported != nil {
+		used = d.reported.Load()
+	}
 	if d.took {
-		limit := p.capWait(d.Limit)
-		if len(p.layers) == 0 {
-			_ = p.limiter.Refund(ctx, d.key, limit, d.cost)
-		} else {
-			_ = p.limiter.RefundLayers(ctx, d.key, append([]core.Limit{limit}, p.layers...), d.cost)
+		limits := p.limits(d.Limit)
+		taken := make([]core.Result, len(d.layers))
+		for i, r := range d.layers {
+			taken[i] = r.Result
+		}
+		switch {
+		case refund && len(limits) == 1:
+			_ = p.limiter.Refund(ctx, d.key, limits[0], taken[0])
+		case refund:
+			_ = p.limiter.RefundLayers(ctx, d.key, limits, taken)
+		default:
+			if used >= 0 && len(limits) == 1 {
+				_, _ = p.limiter.Settle(ctx, d.key, limits[0], taken[0], int(used))
+			} else if used >= 0 {
+				_, _ = p.limiter.SettleLayers(ctx, d.key, limits, taken, int(used))
+			}
+			if p.inflight.Rate > 0 {
+				permit := make([]core.Result, len(taken))
+				permit[len(permit)-1] = taken[len(taken)-1]
+				_ = p.limiter.RefundLayers(ctx, d.key, limits, permit)
+			}
 		}
 	}
 	if d.tookGlobal {
-		_ = p.limiter.Refund(ctx, p.globalKey, *p.global, d.cost)
+		switch {
+		case refund:
+			_ = p.limiter.Refund(ctx, p.globalKey, *p.global, d.global.Result)
+		case used >= 0:
+			_, _ = p.limiter.Settle(ctx, p.globalKey, *p.global, d.global.Result, int(used))
+		}
 	}
+}
+
+// renewal keeps a request's InFlight permit while its handler runs longer
+// than half the permit's lease.
+type renewal struct {
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+}
+
+func newRenewal(d *Decision) *renewal {
+	p := d.policy
+	limits := p.limits(d.Limit)
+	taken := make([]core.Result, len(d.layers))
+	taken[len(taken)-1] = d.layers[len(d.layers)-1].Result
+	key, every := d.key, p.inflight.Period/2
+	r := &renewal{}
+	var renew func()
+	renew = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		_, _ = p.limiter.RenewLayers(ctx, key, limits, taken)
+		cancel()
+		r.mu.Lock()
+		if !r.stopped {
+			r.timer.Reset(every)
+		}
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	r.timer = time.AfterFunc(every, renew)
+	r.mu.Unlock()
+	return r
+}
+
+func (r *renewal) stop() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.stopped = true
+	r.timer.Stop()
+	r.mu.Unlock()
 }
 
 // isCallerError reports a failure that is the request's own: a cost or

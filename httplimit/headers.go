@@ -2,18 +2,20 @@ package httplimit
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redlimit/redlimit/core"
 )
 
 // HeaderStyle writes one style of rate-limit response fields for a
-// decision the Limiter made (allowed or denied), through set, which every
-// framework has in this shape (http.Header.Set, gin's c.Header, fiber's
-// c.Set). Retry-After is not a style: every refused response carries it.
+// decision the Limiter made (allowed or denied) into h. Retry-After is not
+// a style: every refused response carries it.
 type HeaderStyle interface {
-	WriteHeaders(set func(name, value string), d *Decision)
+	WriteHeaders(h HeaderWriter, d *Decision)
 }
 
 // Headers are the styles a Policy writes, in order. Its text form names
@@ -26,19 +28,28 @@ type Headers []HeaderStyle
 // what remains, and the Unix epoch second at which the quota is whole
 // again, rounded up (some peers send seconds from now instead; the IETF
 // style's t is that). Its fields rename the headers; "" keeps the default.
+// Field names are case-insensitive: Go writes them in canonical form,
+// "X-Ratelimit-Limit". When several Policies decide one request, the
+// fields describe the one with the least remaining.
 type XRateLimit struct {
 	Limit     string // Default: "X-RateLimit-Limit"
 	Remaining string // Default: "X-RateLimit-Remaining"
 	Reset     string // Default: "X-RateLimit-Reset"
 }
 
-// WriteHeaders writes the three fields, for the layer the Decision reports.
-func (x XRateLimit) WriteHeaders(set func(name, value string), d *Decision) {
+// WriteHeaders writes the three fields, for the layer the Decision
+// reports, unless a Policy before this one wrote them with less remaining
+// (or as little, and this one admits).
+func (x XRateLimit) WriteHeaders(h HeaderWriter, d *Decision) {
 	r := d.Result
-	set(or(x.Limit, "X-Ratelimit-Limit"), strconv.Itoa(d.capacity))
-	set(or(x.Remaining, "X-Ratelimit-Remaining"), strconv.Itoa(r.Remaining))
+	remaining := or(x.Remaining, "X-Ratelimit-Remaining")
+	if prev, err := strconv.Atoi(h.Get(remaining)); err == nil && (prev < r.Remaining || prev == r.Remaining && r.Allowed) {
+		return // an earlier Policy's is as strict: a refusal is stricter
+	}
+	h.Set(or(x.Limit, "X-Ratelimit-Limit"), strconv.Itoa(d.capacity))
+	h.Set(remaining, strconv.Itoa(r.Remaining))
 	reset := (d.now.UnixNano() + int64(r.ResetAfter) + int64(time.Second) - 1) / int64(time.Second)
-	set(or(x.Reset, "X-Ratelimit-Reset"), strconv.FormatInt(reset, 10))
+	h.Set(or(x.Reset, "X-Ratelimit-Reset"), strconv.FormatInt(reset, 10))
 }
 
 // canonical is x with its names in canonical form. Field names are
@@ -66,54 +77,135 @@ func canonicalName(name string) string {
 
 // IETF is the RateLimit-Policy and RateLimit fields of
 // draft-ietf-httpapi-ratelimit-headers: one list member per policy, named
-// by the Policy's name ("http"), or one per layer ("http-0", "http-1", and
-// "http-global" for the global ceiling). q is the quota (the capacity), w
-// its window in seconds, r what remains, and t the seconds until it is
-// whole again; on a refused response t is the same point in time as
-// Retry-After, as the draft asks, for each layer that refused.
+// by the Policy's name ("http"), or one per layer ("http-0", "http-1",
+// "http-inflight" for the InFlight permit, "http-global" for the global
+// ceiling). Several Policies on one route each add their members.
+//
+// RateLimit-Policy's q per w (whole seconds) is a promise: a client that
+// sends at most q requests (units) in every window of w seconds is never
+// refused by that policy, whatever its algorithm, so q is no more than a
+// bucket's burst, and w covers two periods for the sliding window counter,
+// whose estimate weighs the previous window. The InFlight permit is
+// q requests at once, qu="concurrent-requests". RateLimit's r is what
+// remains of q (at most q), and t the seconds until r is q again; on a
+// refused response t is the same point in time as Retry-After, as the
+// draft asks, for each layer that refused.
 type IETF struct{}
 
-// WriteHeaders writes RateLimit-Policy and RateLimit.
-func (IETF) WriteHeaders(set func(name, value string), d *Decision) {
-	var polBuf, stateBuf [128]byte
+// WriteHeaders adds the policy's members to RateLimit-Policy and
+// RateLimit.
+func (IETF) WriteHeaders(h HeaderWriter, d *Decision) {
+	var polBuf, stateBuf [160]byte
 	pol, state := polBuf[:0], stateBuf[:0]
 	name := d.policy.quotedName[:len(d.policy.quotedName)-1] // without its closing quote
-	// member appends one list member: the policy's name, then "-<layer>"
-	// for layer >= 0, "-global" for layer -2, nothing for -1.
-	member := func(layer int, r layerResult) {
+	// member appends one list member: the policy's name, then the suffix.
+	member := func(suffix string, r layerResult) {
 		if len(pol) > 0 {
 			pol, state = append(pol, ", "...), append(state, ", "...)
 		}
 		for _, b := range [2]*[]byte{&pol, &state} {
-			*b = append(*b, name...)
-			switch {
-			case layer >= 0:
-				*b = strconv.AppendInt(append(*b, '-'), int64(layer), 10)
-			case layer == -2:
-				*b = append(*b, "-global"...)
-			}
-			*b = append(*b, '"')
+			*b = append(append(append(*b, name...), suffix...), '"')
 		}
-		pol = strconv.AppendInt(append(pol, ";q="...), int64(r.capacity), 10)
-		pol = strconv.AppendInt(append(pol, ";w="...), max(1, ceilSeconds(r.period)), 10)
-		t := ceilSeconds(r.ResetAfter)
-		if !r.Allowed {
-			t = max(1, ceilSeconds(r.RetryAfter))
+		q, w := advertise(r.limit, d.now)
+		pol = strconv.AppendInt(append(pol, ";q="...), q, 10)
+		if r.inflight() {
+			pol = append(pol, `;qu="concurrent-requests"`...)
+		} else {
+			pol = strconv.AppendInt(append(pol, ";w="...), w, 10)
 		}
-		state = strconv.AppendInt(append(state, ";r="...), int64(r.Remaining), 10)
-		state = strconv.AppendInt(append(state, ";t="...), t, 10)
+		state = strconv.AppendInt(append(state, ";r="...), min(int64(r.Remaining), q), 10)
+		if !r.inflight() || !r.Allowed {
+			state = strconv.AppendInt(append(state, ";t="...), untilWhole(r, q), 10)
+		}
 	}
-	if len(d.extra) == 0 && !d.askedGlobal {
-		member(-1, d.main)
-	} else {
-		d.eachLayer(func(i int, r layerResult) { member(i, r) })
-		if d.askedGlobal {
-			member(-2, d.global)
+	single := len(d.layers) == 1 && !d.askedGlobal
+	for i, r := range d.layers {
+		switch {
+		case single:
+			member("", r)
+		case r.inflight():
+			member("-inflight", r)
+		default:
+			member("-"+strconv.Itoa(i), r)
 		}
+	}
+	if d.askedGlobal {
+		member("-global", d.global)
 	}
 	// Canonical forms of RateLimit-Policy and RateLimit (see XRateLimit).
-	set("Ratelimit-Policy", string(pol))
-	set("Ratelimit", string(state))
+	appendField(h, "Ratelimit-Policy", pol)
+	appendField(h, "Ratelimit", state)
+}
+
+// appendField adds list members to a field another Policy may have set.
+func appendField(h HeaderWriter, name string, members []byte) {
+	if prev := h.Get(name); prev != "" {
+		h.Set(name, prev+", "+string(members))
+		return
+	}
+	h.Set(name, string(members))
+}
+
+// advertise is the quota q per window of w whole seconds that l admits
+// from any client keeping to it: for a sliding window or a fixed one,
+// Rate per Period rounded up to whole seconds (rate per two periods for
+// the counter); for the buckets, what the rate refills in that time, but
+// no more than the burst (and, under a MaxDelay, no more than waits it);
+// for a Concurrency, Rate, with w 0.
+func advertise(l core.Limit, now time.Time) (q, w int64) {
+	seconds := l.Period.Seconds()
+	switch {
+	case l.Algorithm == core.Concurrency:
+		return int64(l.Rate), 0
+	case l.Calendar != core.NoCalendar:
+		return int64(l.Rate), calendarSeconds(l, now)
+	case l.Algorithm == core.SlidingWindowCounter:
+		seconds *= 2
+	}
+	w = max(1, int64(math.Ceil(seconds)))
+	q = int64(l.Rate)
+	if l.Algorithm == core.TokenBucket || l.Algorithm == core.LeakyBucket {
+		q = min(int64(l.Capacity()), int64(float64(l.Rate)*float64(w)/seconds))
+		if l.MaxDelay > 0 {
+			q = min(q, int64(float64(l.MaxDelay)*float64(l.Rate)/float64(l.Period))+1)
+		}
+	}
+	return max(1, q), w
+}
+
+// calendarSeconds is the length of the calendar window holding now.
+func calendarSeconds(l core.Limit, now time.Time) int64 {
+	loc := l.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	t := now.In(loc)
+	y, m, d := t.Date()
+	var start, end time.Time
+	switch l.Calendar {
+	case core.Monthly:
+		start, end = time.Date(y, m, 1, 0, 0, 0, 0, loc), time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
+	case core.Weekly:
+		d -= (int(t.Weekday()) + 6) % 7
+		start, end = time.Date(y, m, d, 0, 0, 0, 0, loc), time.Date(y, m, d+7, 0, 0, 0, 0, loc)
+	default:
+		start, end = time.Date(y, m, d, 0, 0, 0, 0, loc), time.Date(y, m, d+1, 0, 0, 0, 0, loc)
+	}
+	return int64(end.Sub(start) / time.Second)
+}
+
+// untilWhole is RateLimit's t: on a refusal the Retry-After of r; else the
+// seconds, rounded up, until r's remaining is q again: the time to whole
+// less what the units beyond q take to refill, for the buckets.
+func untilWhole(r layerResult, q int64) int64 {
+	if !r.Allowed {
+		return max(1, ceilSeconds(r.RetryAfter))
+	}
+	left := r.ResetAfter
+	if l := r.limit; l.Algorithm == core.TokenBucket || l.Algorithm == core.LeakyBucket {
+		left -= time.Duration(float64(int64(l.Capacity())-q) * float64(l.Period) / float64(l.Rate))
+	}
+	return max(0, ceilSeconds(left))
 }
 
 // MarshalText names the built-in styles of h; a style of your own has no

@@ -30,10 +30,10 @@ func (r testRequest) Context() context.Context {
 	}
 	return r.ctx
 }
-func (r testRequest) RemoteAddr() string        { return r.remote }
-func (r testRequest) Header(name string) string { return r.header.Get(name) }
-func (r testRequest) Method() string            { return http.MethodGet }
-func (r testRequest) Route() string             { return r.route }
+func (r testRequest) RemoteAddr() string          { return r.remote }
+func (r testRequest) Header(name string) []string { return r.header.Values(name) }
+func (r testRequest) Method() string              { return http.MethodGet }
+func (r testRequest) Route() string               { return r.route }
 
 // from is a request from ip, with headers as name, value pairs.
 func from(ip string, kv ...string) testRequest {
@@ -48,7 +48,7 @@ func from(ip string, kv ...string) testRequest {
 func decide(p *Policy, r Request) (Decision, http.Header) {
 	d := p.Decide(r)
 	h := http.Header{}
-	d.WriteHeaders(h.Set)
+	d.WriteHeaders(h)
 	return d, h
 }
 
@@ -105,7 +105,7 @@ type scripts struct{ n atomic.Int64 }
 func (s *scripts) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (s *scripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" || name == "fcall" {
 			s.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -126,3 +126,10 @@ func (o *observed) Observe(d Decision) {
 	defer o.mu.Unlock()
 	o.decisions = append(o.decisions, d)
 }
+
+// setter is a HeaderWriter that hands every Set to a function, and reads
+// nothing back.
+type setter func(name, value string)
+
+func (s setter) Get(string) string      { return "" }
+func (s setter) Set(name, value string) { s(name, value) }

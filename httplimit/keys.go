@@ -16,14 +16,15 @@ type Request interface {
 	Context() context.Context
 	// RemoteAddr is the peer's address, "ip:port" as net/http gives it.
 	RemoteAddr() string
-	// Header returns every line of the named request header joined with
-	// ", ", "" if absent: a proxy may add its own X-Forwarded-For line
-	// instead of appending to the client's.
-	Header(name string) string
+	// Header returns the value of each line of the named request header,
+	// in order, as received (nil if absent): a proxy may add its own
+	// X-Forwarded-For line instead of appending to the client's.
+	Header(name string) []string
 	// Method is the HTTP method.
 	Method() string
-	// Route is the matched route pattern ("/users/:id"), or "" where the
-	// framework has not matched one yet (middleware wrapping a whole mux).
+	// Route is the matched route pattern ("/users/:id", or with net/http's
+	// ServeMux "GET /users/{id}"), or "" where the framework has not
+	// matched one yet (middleware wrapping a whole mux).
 	Route() string
 }
 
@@ -34,11 +35,13 @@ type Request interface {
 type KeyFunc func(Request) (string, error)
 
 // KeyByHeader keys requests by the value of a header (an API key, a
-// tenant): its first line, as http.Header.Get reads it, since further
-// lines are the client's to vary. A request without it cannot be keyed by
-// this function: use KeyFirst to fall back to another
-// (KeyFirst(KeyByHeader("X-API-Key"), byIP)). Values of any length are
-// fine: the Limiter hashes long keys.
+// tenant): its first line, whole, as RFC 9110 defines a field value (no
+// leading or trailing spaces or tabs, which HTTP/1.1 strips and HTTP/2
+// may not), so that "K" and " K\t" are one key whatever the protocol;
+// further lines are the client's to vary, and are ignored. A request
+// without it cannot be keyed by this function: use KeyFirst to fall back
+// to another (KeyFirst(KeyByHeader("X-API-Key"), byIP)). Values of any
+// length are fine: the Limiter hashes long keys.
 //
 // The value is whatever the client sends. Verify it (authenticate the API
 // key) before the limiter runs, or a client that sends a new value with
@@ -47,9 +50,10 @@ type KeyFunc func(Request) (string, error)
 func KeyByHeader(name string) KeyFunc {
 	prefix := "h:" + http.CanonicalHeaderKey(name) + ":"
 	return func(r Request) (string, error) {
-		// Request.Header joins the lines with ", ".
-		if v, _, _ := strings.Cut(r.Header(name), ", "); v != "" {
-			return prefix + v, nil
+		if lines := r.Header(name); len(lines) > 0 {
+			if v := strings.Trim(lines[0], " \t"); v != "" {
+				return prefix + v, nil
+			}
 		}
 		return "", fmt.Errorf("httplimit: request has no %s header", name)
 	}
@@ -100,35 +104,31 @@ func KeyJoin(keys ...KeyFunc) KeyFunc {
 	}
 }
 
-// KeyByRoute keys requests by method and route pattern (a method outside
-// the standard ones counts as "OTHER"), so each route has
-// one limit shared by all clients (KeyJoin it with the client IP for one
-// per client per route). It never falls back to the URL path, which a
-// client could vary to get a fresh limit: mount the middleware where the
-// framework knows the route, or every request is refused as unkeyable.
+// KeyByRoute keys requests by the route pattern the framework matched, so
+// each route has one limit shared by all clients (KeyJoin it with the
+// client IP for one per client per route). Requests that run the same
+// handler share it whatever their method: a HEAD that runs a GET route's
+// handler, or any method on a route registered for every method; routes
+// registered per method keep the limits their patterns give them
+// (net/http's "GET /items" and "POST /items" are two). It never falls back
+// to the URL path, which a client could vary to get a fresh limit: mount
+// the middleware where the framework knows the route (chi's r.With or
+// r.Group, a ServeMux handler), or every request is refused as unkeyable,
+// which the Policy logs once.
 func KeyByRoute() KeyFunc {
 	return func(r Request) (string, error) {
 		route := r.Route()
 		if route == "" {
-			return "", errNoRoute
+			return "", ErrNoRoute
 		}
-		return "route:" + routeMethod(r.Method()) + " " + route, nil
+		return "route:" + route, nil
 	}
-}
-
-// routeMethod is the method as a route key holds it: a route that takes
-// any method would otherwise give each made-up method a limit of its own.
-func routeMethod(m string) string {
-	switch m {
-	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
-		return m
-	}
-	return "OTHER"
 }
 
 var (
-	errNoRoute  = errors.New("httplimit: KeyByRoute: no route pattern for this request; mount the middleware on the routes")
+	// ErrNoRoute is the error of KeyByRoute for a request whose route the
+	// framework has not matched where the middleware runs.
+	ErrNoRoute  = errors.New("httplimit: KeyByRoute: no route pattern for this request; mount the middleware on the routes (chi: r.With(mw).Get(...); ServeMux: wrap each handler)")
 	errNoKeys   = errors.New("httplimit: no key functions")
 	errEmptyKey = errors.New("httplimit: the key function returned an empty key")
 )

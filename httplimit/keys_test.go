@@ -9,35 +9,54 @@ import (
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-// keyRequest is a Request whose method and joined header lines the test
+// keyRequest is a Request whose method, header lines and route the test
 // chooses.
 type keyRequest struct {
-	method, header, route string
+	method, route string
+	header        []string
 }
 
 func (r keyRequest) Context() context.Context { return context.Background() }
 func (r keyRequest) RemoteAddr() string       { return "192.0.2.1:1" }
-func (r keyRequest) Header(string) string     { return r.header }
+func (r keyRequest) Header(string) []string   { return r.header }
 func (r keyRequest) Method() string           { return r.method }
 func (r keyRequest) Route() string            { return r.route }
 
 // TestKeysClientCannotVary: what a client may freely vary (a second line
-// of the header, a made-up method on a route that takes any) does not give
-// it a fresh key.
+// of the header, spaces and tabs around the value, which HTTP/2 keeps and
+// HTTP/1.1 strips, the method on a route that runs one handler) does not
+// give it a fresh key; a value holding a comma is one value.
 func TestKeysClientCannotVary(t *testing.T) {
 	byHeader := KeyByHeader("X-API-Key")
-	want, _ := byHeader(keyRequest{header: "k1"})
-	for _, extra := range []string{"k1, random", "k1, other, more"} {
-		if got, err := byHeader(keyRequest{header: extra}); err != nil || got != want {
-			t.Errorf("header lines %q: key %q, %v; want the first line's %q", extra, got, err, want)
+	want, _ := byHeader(keyRequest{header: []string{"K"}})
+	for _, lines := range [][]string{{"K", "random"}, {"K", "other", "more"}, {"K "}, {" K"}, {"K\t"}, {"\tK  "}} {
+		if got, err := byHeader(keyRequest{header: lines}); err != nil || got != want {
+			t.Errorf("header lines %q: key %q, %v; want the first line's %q", lines, got, err, want)
 		}
 	}
+	ab, _ := byHeader(keyRequest{header: []string{"a, b"}})
+	ac, _ := byHeader(keyRequest{header: []string{"a, c"}})
+	if ab == ac {
+		t.Errorf("values %q and %q share the key %q", "a, b", "a, c", ab)
+	}
+	if _, err := byHeader(keyRequest{header: []string{" \t"}}); err == nil {
+		t.Error("a value of only spaces keyed the request")
+	}
 	byRoute := KeyByRoute()
-	xa, _ := byRoute(keyRequest{method: "XA", route: "/upload"})
-	xb, _ := byRoute(keyRequest{method: "XB", route: "/upload"})
-	get, _ := byRoute(keyRequest{method: "GET", route: "/upload"})
-	if xa != xb || xa == get {
-		t.Errorf("route keys: XA %q, XB %q, GET %q; want XA == XB != GET", xa, xb, get)
+	var keys []string
+	for _, m := range []string{"GET", "HEAD", "POST", "XA", "XB"} {
+		k, _ := byRoute(keyRequest{method: m, route: "/upload"})
+		keys = append(keys, k)
+	}
+	for i, k := range keys {
+		if k != keys[0] {
+			t.Errorf("route key of method %d is %q, want %q: the method chose a limit", i, k, keys[0])
+		}
+	}
+	get, _ := byRoute(keyRequest{method: "GET", route: "GET /items"})
+	post, _ := byRoute(keyRequest{method: "POST", route: "POST /items"})
+	if get == post {
+		t.Errorf("routes registered per method share the key %q", get)
 	}
 }
 
@@ -52,12 +71,12 @@ func TestHeaderNamesCanonical(t *testing.T) {
 	}
 	d := p.Decide(from("192.0.2.1"))
 	n := 0
-	d.WriteHeaders(func(name, _ string) {
+	d.WriteHeaders(setter(func(name, _ string) {
 		n++
 		if name != http.CanonicalHeaderKey(name) {
 			t.Errorf("header %q is not in canonical form", name)
 		}
-	})
+	}))
 	if n != 5 {
 		t.Errorf("%d headers written, want 5", n)
 	}

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
@@ -15,9 +16,10 @@ import (
 type Policy struct {
 	limiter      *core.Limiter
 	limit        core.Limit
-	limitFunc    func(Request) (core.Limit, bool)
+	limitFunc    func(Request, string) (core.Limit, bool)
 	layers       []core.Limit // Config.Layers, MaxWait applied
 	global       *core.Limit  // MaxWait applied
+	inflight     core.Limit   // zero without Config.InFlight
 	name         string
 	quotedName   string // the IETF policy name, a structured-field string
 	globalKey    string
@@ -25,11 +27,13 @@ type Policy struct {
 	serveUnkeyed bool
 	cost         func(Request) int
 	countIf      func(int) bool
+	settle       bool
 	headers      Headers
 	fail         FailPolicy
 	dryRun       bool
 	maxWait      time.Duration
 	observer     Observer
+	noRoute      *atomic.Bool // logged once: a KeyByRoute mounted where no route is known
 }
 
 // Observer is told of every decision, with all a Decision carries. It must
@@ -54,23 +58,18 @@ func (p *Policy) WithKey(key KeyFunc) *Policy {
 // Decide decides r at the cost Config.Cost says (1 by default) and, for an
 // admitted LeakyBucket request, waits out its Delay (or until r's context
 // ends).
-func (p *Policy) Decide(r Request) Decision {
-	cost := 1
-	if p.cost != nil {
-		cost = p.cost(r)
-	}
-	return p.DecideN(r, cost)
-}
+func (p *Policy) Decide(r Request) Decision { return p.decideRequest(r, 0) }
 
 // DecideN is Decide at cost n: from inside a handler, for limits that
 // depend on what the request holds (see each adapter's Check).
-func (p *Policy) DecideN(r Request, n int) Decision {
-	d := Decision{Policy: p.name, policy: p, Limit: p.limit, cost: n, ctx: r.Context()}
-	if p.limitFunc != nil {
-		if l, ok := p.limitFunc(r); ok {
-			d.Limit = l
-		}
-	}
+func (p *Policy) DecideN(r Request, n int) Decision { return p.decideRequest(r, n) }
+
+// decideRequest is every request's one path: the key first, so that a
+// request that cannot be keyed calls no hook of the user's and costs Redis
+// nothing; then the cost (n, or Config.Cost when n is 0) and the Limit
+// (Config.LimitFunc), then the Limiter.
+func (p *Policy) decideRequest(r Request, n int) Decision {
+	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: r.Context()}
 	start := time.Now()
 	key, err := p.key(r)
 	if err == nil && key == "" {
@@ -79,8 +78,26 @@ func (p *Policy) DecideN(r Request, n int) Decision {
 	}
 	if err != nil {
 		d.Err, d.Outcome = err, OutcomeNoKey
+		if errors.Is(err, ErrNoRoute) && p.noRoute.CompareAndSwap(false, true) {
+			if log := p.limiter.Logger(); log != nil {
+				log.Warn("redlimit: KeyByRoute found no route: the middleware runs before routing, so every request is refused as unkeyable",
+					"policy", p.name, "fix", "mount it on the routes (chi: r.With(mw), r.Group; net/http: wrap each handler)")
+			}
+		}
 	} else {
-		d.key = p.name + ":" + key
+		d.Key, d.key = key, p.name+":"+key
+		d.cost = n
+		if n == 0 {
+			d.cost = 1
+			if p.cost != nil {
+				d.cost = p.cost(r)
+			}
+		}
+		if p.limitFunc != nil {
+			if l, ok := p.limitFunc(r, key); ok {
+				d.Limit = l
+			}
+		}
 		err = p.decide(&d)
 		switch {
 		case err != nil && d.ctx.Err() != nil:
@@ -92,9 +109,11 @@ func (p *Policy) DecideN(r Request, n int) Decision {
 			// A cost or Limit that can never be admitted is a caller error,
 			// not an outage: serving it would let a huge or negative cost
 			// through.
-			if p.fail == FailClosed || errors.Is(err, core.ErrInvalidCost) || errors.Is(err, core.ErrInvalidLimit) {
+			if p.fail == FailClosed || isCallerError(err) {
 				d.Outcome = OutcomeFailedClosed
 			}
+		case !d.Result.Allowed && d.inflightDenied():
+			d.Outcome = OutcomeInFlight
 		case !d.Result.Allowed:
 			d.Outcome = OutcomeDenied
 		}
@@ -106,46 +125,58 @@ func (p *Policy) DecideN(r Request, n int) Decision {
 			d.Outcome, d.Err = OutcomeCanceled, err
 		}
 	}
+	if d.Outcome == OutcomeAllowed && d.policy.inflight.Rate > 0 && d.took {
+		d.renewal = newRenewal(&d)
+	}
 	if p.observer != nil {
 		p.observer.Observe(d)
 	}
 	return d
 }
 
+// limits are the Limits the key's request is decided under: the Limit,
+// the layers, and the InFlight permit, in that order.
+func (p *Policy) limits(limit core.Limit) []core.Limit {
+	out := append(make([]core.Limit, 0, 2+len(p.layers)), p.capWait(limit))
+	out = append(out, p.layers...)
+	if p.inflight.Rate > 0 {
+		out = append(out, p.inflight)
+	}
+	return out
+}
+
 func (p *Policy) decide(d *Decision) error {
-	limit := p.capWait(d.Limit)
-	d.main.capacity, d.main.period = limit.Capacity(), limit.Period
+	limits := p.limits(d.Limit)
 	var err error
-	if len(p.layers) == 0 {
-		d.main.Result, err = p.limiter.AllowN(d.ctx, d.key, limit, d.cost)
+	d.layers = make([]layerResult, len(limits))
+	if len(limits) == 1 {
+		d.layers[0].Result, err = p.limiter.AllowN(d.ctx, d.key, limits[0], d.cost)
 	} else {
-		limits := append(append(make([]core.Limit, 0, 1+len(p.layers)), limit), p.layers...)
 		var rs []core.Result
 		rs, err = p.limiter.AllowLayers(d.ctx, d.key, limits, d.cost)
-		if err == nil {
-			d.main.Result = rs[0]
-			d.extra = make([]layerResult, len(rs)-1)
-			for i, r := range rs[1:] {
-				d.extra[i] = layerResult{Result: r, capacity: limits[i+1].Capacity(), period: limits[i+1].Period}
-			}
+		for i, r := range rs {
+			d.layers[i].Result = r
 		}
 	}
 	if err != nil {
 		return err
 	}
+	for i, l := range limits {
+		d.layers[i].limit = l
+	}
 	d.Result, d.capacity = d.strictest()
-	d.took = d.Result.Allowed
-	if !d.Result.Allowed || p.global == nil {
+	d.took = d.layers[0].Granted > 0
+	if !d.took || p.global == nil {
 		return nil
 	}
-	d.global.capacity, d.global.period = p.global.Capacity(), p.global.Period
+	d.global.limit = *p.global
 	d.global.Result, err = p.limiter.AllowN(d.ctx, p.globalKey, *p.global, d.cost)
 	if err != nil {
 		return err
 	}
 	d.askedGlobal, d.tookGlobal = true, d.global.Allowed
 	if !d.global.Allowed {
-		d.Result, d.capacity = d.global.Result, d.global.capacity
+		d.Result, d.capacity = d.global.Result, d.global.limit.Capacity()
 	} else {
 		// A request leaves when both the key and the ceiling let it.
 		d.Result.Delay = max(d.Result.Delay, d.global.Delay)

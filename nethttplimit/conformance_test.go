@@ -14,7 +14,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Adapter{New: newApp, ItemsPattern: "/items/{id}"})
+	conformance.Run(t, conformance.Adapter{New: newApp, ItemsPattern: "/items/{id}", RoutePrefix: "GET "})
 }
 
 func req(r *http.Request) conformance.Req {
@@ -23,32 +23,54 @@ func req(r *http.Request) conformance.Req {
 
 // newApp wraps each route's handler, so that the middleware sees the
 // ServeMux pattern.
-func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
-	p, check := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
-		return req(nethttplimit.HTTPRequest(r))
-	}, false)
-	var opts []nethttplimit.Option
-	if f := cfg.Skip; f != nil {
-		opts = append(opts, nethttplimit.WithSkip(func(r *http.Request) bool { return f(req(r)) }))
+func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
+	var mws []func(http.Handler) http.Handler
+	var first, check *httplimit.Policy
+	for i, cfg := range cfgs {
+		p, c := conformance.Policies(t, cfg, func(r httplimit.Request) conformance.Req {
+			return req(nethttplimit.HTTPRequest(r))
+		}, false)
+		if i == 0 {
+			first, check = p, c
+		}
+		var opts []nethttplimit.Option
+		if f := cfg.Skip; f != nil {
+			opts = append(opts, nethttplimit.WithSkip(func(r *http.Request) bool { return f(req(r)) }))
+		}
+		if f := cfg.Deny; f != nil {
+			opts = append(opts, nethttplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) {
+				status, body := f(req(r), d)
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, body)
+			}))
+		}
+		mws = append(mws, nethttplimit.New(p, opts...))
 	}
-	if f := cfg.Deny; f != nil {
-		opts = append(opts, nethttplimit.WithDenyHandler(func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) {
-			status, body := f(req(r), d)
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			w.WriteHeader(status)
-			_, _ = io.WriteString(w, body)
-		}))
+	limited := func(h http.HandlerFunc) http.Handler {
+		var out http.Handler = h
+		for i := len(mws) - 1; i >= 0; i-- {
+			out = mws[i](out)
+		}
+		return out
 	}
-	limited := nethttplimit.New(p, opts...)
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }
 	mux := http.NewServeMux()
 	for _, pattern := range []string{"GET /", "GET /search", "GET /healthz", "GET /items/{id}"} {
 		mux.Handle(pattern, limited(ok))
 	}
-	mux.Handle("GET /login", limited(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /login", limited(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = io.WriteString(w, "bad password")
-	})))
+	}))
+	mux.Handle("GET /spend", limited(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.Header.Get("X-Used"))
+		nethttplimit.ReportCost(r, first, n)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	mux.Handle("GET /inside", limited(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, cfgs[0].Inside())
+	}))
 	mux.HandleFunc("GET /upload", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.Header.Get("X-Cost"))
 		if !nethttplimit.Check(w, r, check, n) {
@@ -57,7 +79,7 @@ func newApp(t *testing.T, cfg conformance.Config) conformance.RoundTrip {
 		_, _ = io.WriteString(w, "stored")
 	})
 	mux.HandleFunc("GET /reset", func(w http.ResponseWriter, r *http.Request) {
-		if err := nethttplimit.Reset(r, p); err != nil {
+		if err := nethttplimit.Reset(r, first); err != nil {
 			t.Errorf("Reset: %v", err)
 		}
 		w.WriteHeader(http.StatusNoContent)

@@ -49,12 +49,22 @@ func New(p *httplimit.Policy, opts ...Option) func(http.Handler) http.Handler {
 			if !c.answer(w, r, &d) {
 				return
 			}
-			if !d.WantsStatus() {
+			if !d.WantsFinish() {
 				next.ServeHTTP(w, r)
 				return
 			}
+			if ctx := d.Attach(r.Context()); ctx != r.Context() {
+				r = r.WithContext(ctx)
+			}
 			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+			finished := false
+			defer func() {
+				if !finished { // the handler panicked: it failed
+					d.Finish(http.StatusInternalServerError)
+				}
+			}()
 			next.ServeHTTP(sw, r)
+			finished = true
 			d.Finish(sw.status)
 		})
 	}
@@ -63,7 +73,7 @@ func New(p *httplimit.Policy, opts ...Option) func(http.Handler) http.Handler {
 // answer writes d's headers and, when the request does not proceed, its
 // answer; it reports whether the request proceeds.
 func (c *config) answer(w http.ResponseWriter, r *http.Request, d *httplimit.Decision) bool {
-	d.WriteHeaders(w.Header().Set)
+	d.WriteHeaders(w.Header())
 	switch {
 	case d.Proceed():
 		return true
@@ -90,6 +100,13 @@ func Check(w http.ResponseWriter, r *http.Request, p *httplimit.Policy, n int) b
 // (after a successful login, say).
 func Reset(r *http.Request, p *httplimit.Policy) error {
 	return p.Reset(request{r})
+}
+
+// ReportCost tells p what r really cost, for httplimit.Config.Settle (see
+// httplimit.ReportCost): the middleware settles it when the handler
+// returns.
+func ReportCost(r *http.Request, p *httplimit.Policy, units int) bool {
+	return httplimit.ReportCost(r.Context(), p, units)
 }
 
 // statusWriter remembers the status the handler answered with, for

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/redlimit/redlimit/httplimit"
 )
@@ -17,20 +16,14 @@ type request struct{ r *http.Request }
 func (q request) Context() context.Context { return q.r.Context() }
 func (q request) RemoteAddr() string       { return q.r.RemoteAddr }
 func (q request) Method() string           { return q.r.Method }
-func (q request) Header(name string) string {
-	return strings.Join(q.r.Header.Values(name), ", ")
-}
+func (q request) Header(name string) []string { return q.r.Header.Values(name) }
 
-// Route is the ServeMux pattern without its method ("/items/{id}"), or ""
-// when no ServeMux has routed the request yet (the middleware wraps the
-// whole mux rather than a route).
-func (q request) Route() string {
-	p := q.r.Pattern
-	if i := strings.IndexAny(p, " \t"); i >= 0 {
-		p = strings.TrimLeft(p[i:], " \t")
-	}
-	return p
-}
+// Route is the ServeMux pattern the request matched ("GET /items/{id}",
+// "/any": its method is there only if the route was registered with one,
+// and a HEAD request matches a GET route), or "" when no ServeMux has
+// routed the request yet (the middleware wraps the whole mux, or chi
+// routes it: mount the middleware on the routes).
+func (q request) Route() string { return q.r.Pattern }
 
 // HTTPRequest is the *http.Request behind r, for the hooks of
 // httplimit.Config (Key, LimitFunc, Cost) that need more than

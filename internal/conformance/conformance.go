@@ -59,6 +59,10 @@ type Config struct {
 	// Check is the Policy of GET /upload, whose handler calls the adapter's
 	// Check at the cost of its X-Cost header; Run sets its Limiter.
 	Check *httplimit.Config
+	// Inside is what the handler of GET /inside answers: Run makes it a
+	// request through the same app (from the same peer, to GET /), so that
+	// a limit on requests in flight sees the outer one hold its permit.
+	Inside func() string
 }
 
 // Policies compiles cfg into the Policy of the middleware (the hooks
@@ -71,7 +75,7 @@ func Policies(t *testing.T, cfg Config, native func(httplimit.Request) Req, keyH
 		hc.Key = func(r httplimit.Request) (string, error) { return f(native(r)) }
 	}
 	if f := cfg.LimitFunc; f != nil {
-		hc.LimitFunc = func(r httplimit.Request) (core.Limit, bool) { return f(native(r)) }
+		hc.LimitFunc = func(r httplimit.Request, _ string) (core.Limit, bool) { return f(native(r)) }
 	}
 	if f := cfg.Cost; f != nil {
 		hc.Cost = func(r httplimit.Request) int { return f(native(r)) }
@@ -98,21 +102,28 @@ type RoundTrip func(*http.Request) *http.Response
 
 // Adapter plugs a framework into the suite.
 type Adapter struct {
-	// New builds an app (the Policies of cfg, see Policies) with the
-	// middleware in front of the routes GET /, GET /search, GET /healthz
-	// and GET /items/:id (in the framework's own syntax), each answering
-	// 200 "ok", and GET /login, answering 401 "bad password"; and, without
-	// the middleware, GET /upload, whose handler calls the adapter's Check
-	// with the check Policy at the cost in X-Cost and answers 200 "stored"
+	// New builds an app with the middlewares of cfgs (their Policies, see
+	// Policies) chained in front of each limited route, cfgs[0] outermost.
+	// The limited routes, in the framework's own syntax: GET / (and HEAD /,
+	// through the same handler, as the framework serves a HEAD of a GET
+	// route), GET /search, GET /healthz and GET /items/:id, each answering
+	// 200 "ok"; GET /login, answering 401 "bad password"; GET /spend, whose
+	// handler reports the cost in its X-Used header with the adapter's
+	// ReportCost to cfgs[0]'s Policy and answers 200 "ok"; GET /inside,
+	// answering 200 with what cfgs[0].Inside returns. Without the
+	// middleware: GET /upload, whose handler calls the adapter's Check with
+	// cfgs[0]'s check Policy at the cost in X-Cost and answers 200 "stored"
 	// when it passes, and GET /reset, whose handler calls the adapter's
-	// Reset with the middleware's Policy and answers 204. It returns how to
-	// serve a request through the app, with the framework's own test
-	// facility; the request's context must reach the middleware as the
-	// request context httplimit sees.
-	New func(t *testing.T, cfg Config) RoundTrip
+	// Reset with cfgs[0]'s Policy and answers 204. It returns how to serve
+	// a request through the app, with the framework's own test facility;
+	// the request's context must reach the middleware as the request
+	// context httplimit sees.
+	New func(t *testing.T, cfgs []Config) RoundTrip
 	// ItemsPattern is the framework's spelling of the route pattern of
-	// GET /items/:id as the middleware sees it ("/items/{id}" for net/http).
-	ItemsPattern string
+	// GET /items/:id ("/items/{id}" for net/http), and RoutePrefix what
+	// its patterns of GET routes begin with as the middleware sees them
+	// ("GET " for net/http's ServeMux, where a pattern may name a method).
+	ItemsPattern, RoutePrefix string
 }
 
 // Run runs every scenario against a, on miniredis and on real Redis.
@@ -165,11 +176,30 @@ var limitHeaders = []string{
 
 func runScenario(t *testing.T, a Adapter, sc Scenario, env *backend) {
 	rec := &recorder{}
+	cfgs := make([]Config, len(sc.Configs))
 	trips := make([]RoundTrip, len(sc.Configs))
 	for i, cfg := range sc.Configs {
 		cfg.Limiter = env.limiter
 		cfg.Observer = rec
-		trips[i] = a.New(t, cfg)
+		handler := i
+		if sc.Stack {
+			handler = 0
+		}
+		cfg.Inside = func() string {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.RemoteAddr = "192.0.2.1:1234"
+			resp := trips[handler](req)
+			_ = resp.Body.Close()
+			return fmt.Sprintf("inside: %d %s", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+		cfgs[i] = cfg
+	}
+	if sc.Stack {
+		trips = []RoundTrip{a.New(t, cfgs)}
+	} else {
+		for i, cfg := range cfgs {
+			trips[i] = a.New(t, []Config{cfg})
+		}
 	}
 	for i, st := range sc.Steps {
 		if st.StopRedis {
@@ -197,7 +227,8 @@ func runScenario(t *testing.T, a Adapter, sc Scenario, env *backend) {
 		got := env.keys(t)
 		want := make([]string, len(sc.Keys))
 		for i, k := range sc.Keys {
-			want[i] = strings.ReplaceAll(k, "/items/:id", a.ItemsPattern)
+			k = strings.ReplaceAll(k, "/items/:id", a.ItemsPattern)
+			want[i] = strings.ReplaceAll(k, "{route}", a.RoutePrefix)
 		}
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
@@ -267,7 +298,7 @@ func (w Want) check(t *testing.T, step string, resp *http.Response, body string,
 	}
 	wantEvents := []string{}
 	if w.Event != "" {
-		wantEvents = []string{w.Event}
+		wantEvents = strings.Split(w.Event, ",")
 	}
 	if events == nil {
 		events = []string{}

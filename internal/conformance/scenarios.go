@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
@@ -13,12 +14,14 @@ import (
 type Scenario struct {
 	Name string
 	// Configs are the middlewares of the scenario, each on an app of its
-	// own; a Step names the one it goes through.
+	// own, where a Step names the one it goes through; with Stack, all on
+	// one app, in order, in front of the same routes.
 	Configs []Config
+	Stack   bool
 	Steps   []Step
 	// Keys are the keys Redis must have seen, as "<policy name>:<key>";
-	// "/items/:id" stands for the adapter's ItemsPattern. Not checked when
-	// a step stops Redis.
+	// "/items/:id" stands for the adapter's ItemsPattern, "{route}" for its
+	// RoutePrefix. Not checked when a step stops Redis.
 	Keys []string
 }
 
@@ -52,7 +55,8 @@ type Want struct {
 	// must be absent; AnyReset that it is present.
 	ResetIn time.Duration
 	// Event is the outcome the Observer must be told ("allowed", ...), ""
-	// for none (a skipped request).
+	// for none (a skipped request), several comma-separated for several
+	// decisions (stacked Policies, a request inside a request).
 	Event string
 	// MinTook and MaxTook (if > 0) bound how long the round trip takes.
 	MinTook, MaxTook time.Duration
@@ -314,7 +318,19 @@ var Scenarios = []Scenario{
 			{Path: "/items/2", Remote: "198.51.100.1:1", Want: allowed("3", "1", 40*time.Second)},
 			{Path: "/", Want: allowed("3", "2", 20*time.Second)},
 		},
-		Keys: []string{"http:route:GET /items/:id", "http:route:GET /"},
+		Keys: []string{"http:route:{route}/items/:id", "http:route:{route}/"},
+	},
+	{
+		// HEAD runs the GET route's handler: one limit for both, whatever
+		// the method.
+		Name:    "route_key_shared_by_methods",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(2), Key: httplimit.KeyByRoute()})),
+		Steps: []Step{
+			{Want: allowed("2", "1", 30*time.Second)},
+			{Method: http.MethodHead, Want: Want{Status: 200, Body: ok, Header: xrl("2", "0"), ResetIn: time.Minute, Event: "allowed"}},
+			{Want: deniedWant("2", 30, time.Minute)},
+		},
+		Keys: []string{"http:route:{route}/"},
 	},
 	{
 		Name:    "route_and_ip_joined",
@@ -325,8 +341,8 @@ var Scenarios = []Scenario{
 			{Path: "/", Want: allowed("3", "2", 20*time.Second)},
 			{Path: "/items/3", Remote: "198.51.100.1:1", Want: allowed("3", "2", 20*time.Second)},
 		},
-		Keys: []string{"http:" + peer + "|route:GET /items/:id", "http:" + peer + "|route:GET /",
-			"http:ip:198.51.100.1|route:GET /items/:id"},
+		Keys: []string{"http:" + peer + "|route:{route}/items/:id", "http:" + peer + "|route:{route}/",
+			"http:ip:198.51.100.1|route:{route}/items/:id"},
 	},
 	{
 		Name: "skip",
@@ -367,7 +383,7 @@ var Scenarios = []Scenario{
 			{Path: "/search", Want: deniedWant("1", 60, time.Minute)},
 			{Path: "/", Want: allowed("3", "2", 20*time.Second)},
 		},
-		Keys: []string{"http:route:GET /search", "http:route:GET /"},
+		Keys: []string{"http:route:{route}/search", "http:route:{route}/"},
 	},
 	{
 		Name: "per_tenant_limit",
@@ -495,6 +511,112 @@ var Scenarios = []Scenario{
 		Keys: []string{"a:" + peer, "b:" + peer},
 	},
 }
+
+
+// hookAfterKey is a Cost and a LimitFunc hook that fail the request (a
+// panic answers 500) if the Policy calls it for a request it cannot key.
+func hookAfterKey(r Req) bool {
+	if r.Header("X-API-Key") == "" {
+		panic("conformance: a hook ran before the request was keyed")
+	}
+	return false
+}
+
+// Scenarios2 are the scenarios of stacked Policies, keys a client cannot
+// vary, hooks, refunds under every algorithm, requests in flight and costs
+// settled after the response.
+var scenarios2 = []Scenario{
+	{
+		// Over HTTP/2 a field value keeps the spaces and tabs HTTP/1.1
+		// strips; either way it is one key. Further lines are ignored.
+		Name:    "header_key_is_the_field_value",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key")})),
+		Steps: []Step{
+			{Header: hdr("X-API-Key", "K"), Want: allowed("1", "0", time.Minute)},
+			{Header: hdr("X-API-Key", " K\t"), Want: deniedWant("1", 60, time.Minute)},
+			{Header: hdr("X-API-Key", "K \nother"), Want: deniedWant("1", 60, time.Minute)},
+		},
+		Keys: []string{"http:h:X-Api-Key:K"},
+	},
+	{
+		// A request that cannot be keyed reaches no hook of the app's.
+		Name: "no_key_calls_no_hook",
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key")},
+			Cost:      func(r Req) int { hookAfterKey(r); return 1 },
+			LimitFunc: func(r Req) (core.Limit, bool) { return core.Limit{}, hookAfterKey(r) }}),
+		Steps: []Step{
+			{Want: Want{Status: 400, Body: noKey, ContentType: jsonType, Event: "no_key"}},
+			{Header: hdr("X-API-Key", "k1"), Want: allowed("1", "0", time.Minute)},
+		},
+		Keys: []string{"http:h:X-Api-Key:k1"},
+	},
+	{
+		// A Limit from LimitFunc that is a sliding window gives a
+		// successful login's unit back, as every algorithm does.
+		Name: "count_failed_with_limit_func_sliding_window",
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(100), CountIf: httplimit.CountFailed},
+			LimitFunc: func(Req) (core.Limit, bool) {
+				return core.Limit{Algorithm: core.SlidingWindow, Rate: 1, Period: time.Minute}, true
+			}}),
+		Steps: []Step{
+			{Want: allowed("1", "0", time.Minute)},
+			{Want: allowed("1", "0", time.Minute)},
+			{Path: "/login", Want: Want{Status: 401, Body: "bad password", Header: xrl("1", "0"), ResetIn: time.Minute, Event: "allowed"}},
+			{Want: deniedWant("1", 60, time.Minute)},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		// Two Policies on one route: the IETF fields list both, the
+		// X-RateLimit ones describe the one with the least left, and the
+		// one that refuses says how long.
+		Name:  "stacked_policies_compose",
+		Stack: true,
+		Configs: []Config{
+			cfg(httplimit.Config{Name: "ip", Limit: perMinute(3), Headers: httplimit.Headers{httplimit.XRateLimit{}, httplimit.IETF{}}}),
+			cfg(httplimit.Config{Name: "key", Limit: perMinute(2), Key: httplimit.KeyByHeader("X-API-Key"),
+				Headers: httplimit.Headers{httplimit.XRateLimit{}, httplimit.IETF{}}}),
+		},
+		Steps: []Step{
+			{Header: hdr("X-API-Key", "k1"), Want: Want{Status: 200, Body: ok, Event: "allowed,allowed", ResetIn: 30 * time.Second,
+				Header: xrl("2", "1", "RateLimit-Policy", `"ip";q=3;w=60, "key";q=2;w=60`,
+					"RateLimit", `"ip";r=2;t=20, "key";r=1;t=30`)}},
+			{Header: hdr("X-API-Key", "k1"), Want: Want{Status: 200, Body: ok, Event: "allowed,allowed", ResetIn: time.Minute,
+				Header: xrl("2", "0", "RateLimit-Policy", `"ip";q=3;w=60, "key";q=2;w=60`,
+					"RateLimit", `"ip";r=1;t=40, "key";r=0;t=60`)}},
+			{Header: hdr("X-API-Key", "k1"), Want: Want{Status: 429, Body: denied(30), ContentType: jsonType, Event: "allowed,denied",
+				ResetIn: time.Minute, Header: xrl("2", "0", "Retry-After", "30", "RateLimit-Policy", `"ip";q=3;w=60, "key";q=2;w=60`,
+					"RateLimit", `"ip";r=0;t=60, "key";r=0;t=30`)}},
+		},
+		Keys: []string{"ip:" + peer, "key:h:X-Api-Key:k1"},
+	},
+	{
+		// One request in flight per client: a request made while another
+		// holds the permit is refused; once that one ends, the next passes.
+		Name:    "in_flight_limit",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(100), InFlight: 1})),
+		Steps: []Step{
+			{Path: "/inside", Want: Want{Status: 200, Body: "inside: 429 1", Header: xrl("100", "99"), ResetIn: AnyReset,
+				Event: "allowed,in_flight"}},
+			{Want: Want{Status: 200, Body: ok, Header: xrl("100", "98"), ResetIn: AnyReset, Event: "allowed"}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		// A request that reports it cost 15 of 10 per minute runs the key
+		// 5 into debt: the next waits for 6 units, 36s.
+		Name:    "settle_cost_after_response",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(10), Settle: true})),
+		Steps: []Step{
+			{Path: "/spend", Header: hdr("X-Used", "15"), Want: allowed("10", "9", 6*time.Second)},
+			{Want: Want{Status: 429, Body: denied(36), ContentType: jsonType, Event: "denied", ResetIn: 90 * time.Second,
+				Header: xrl("10", "0", "Retry-After", "36")}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+}
+
+func init() { Scenarios = append(Scenarios, scenarios2...) }
 
 func allowedBoth() Want {
 	return Want{Status: 200, Body: ok, Event: "allowed", ResetIn: time.Minute,

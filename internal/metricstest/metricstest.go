@@ -73,7 +73,7 @@ type request struct{ ctx context.Context }
 
 func (r request) Context() context.Context  { return r.ctx }
 func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
-func (r request) Header(name string) string { return "" }
+func (r request) Header(name string) []string { return nil }
 func (r request) Method() string            { return "GET" }
 func (r request) Route() string             { return "/" }
 

@@ -27,8 +27,11 @@ type request struct {
 
 func (r request) Context() context.Context { return context.Background() }
 func (r request) RemoteAddr() string       { return r.remote }
-func (r request) Header(name string) string {
-	return r.header[http.CanonicalHeaderKey(name)]
+func (r request) Header(name string) []string {
+	if v, ok := r.header[http.CanonicalHeaderKey(name)]; ok {
+		return []string{v}
+	}
+	return nil
 }
 func (r request) Method() string { return http.MethodGet }
 func (r request) Route() string  { return "/" }
@@ -379,7 +382,7 @@ func TestOverflowingLimits(t *testing.T) {
 				t.Errorf("httplimit.New: %v, want core.ErrInvalidLimit", err)
 			}
 			pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: core.PerSecond(1),
-				LimitFunc: func(httplimit.Request) (core.Limit, bool) { return tc.limit, true }})
+				LimitFunc: func(httplimit.Request, string) (core.Limit, bool) { return tc.limit, true }})
 			if d := pol.Decide(request{remote: "192.0.2.1:1"}); d.Proceed() || !errors.Is(d.Err, core.ErrInvalidLimit) {
 				t.Errorf("Policy with the Limit from LimitFunc: Proceed() = %v, outcome %v, err %v; want a refusal", d.Proceed(), d.Outcome, d.Err)
 			}

@@ -80,7 +80,12 @@ type request struct {
 
 func (r request) Context() context.Context  { return context.Background() }
 func (r request) RemoteAddr() string        { return r.remote }
-func (r request) Header(name string) string { return r.header[name] }
+func (r request) Header(name string) []string {
+	if v, ok := r.header[name]; ok {
+		return []string{v}
+	}
+	return nil
+}
 func (r request) Method() string            { return "GET" }
 func (r request) Route() string             { return "/" }
 
