@@ -15,10 +15,10 @@ require (
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redlimit/redlimit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/echolimit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/fiberlimit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/ginlimit v0.0.0-00010101000000-000000000000
+	github.com/redlimit/redlimit v0.1.0
+	github.com/redlimit/redlimit/echolimit v0.1.0
+	github.com/redlimit/redlimit/fiberlimit v0.1.0
+	github.com/redlimit/redlimit/ginlimit v0.1.0
 	github.com/ulule/limiter/v3 v3.11.2
 )
 

@@ -11,13 +11,13 @@ require (
 	github.com/labstack/echo/v5 v5.4.4
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/redlimit/redlimit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/echolimit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/echov5limit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/fiberlimit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/fiberv3limit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/ginlimit v0.0.0-00010101000000-000000000000
-	github.com/redlimit/redlimit/prommetrics v0.0.0-00010101000000-000000000000
+	github.com/redlimit/redlimit v0.1.0
+	github.com/redlimit/redlimit/echolimit v0.1.0
+	github.com/redlimit/redlimit/echov5limit v0.1.0
+	github.com/redlimit/redlimit/fiberlimit v0.1.0
+	github.com/redlimit/redlimit/fiberv3limit v0.1.0
+	github.com/redlimit/redlimit/ginlimit v0.1.0
+	github.com/redlimit/redlimit/prommetrics v0.1.0
 )
 
 require (
