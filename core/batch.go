@@ -222,7 +222,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 		}
 		byState[k] = append(byState[k], c)
 	}
-	head := pl.argv(time.Now())
+	head, _ := pl.argv(time.Now())
 	keys := make([]string, 0, len(order)*pl.nkeys)
 	args := append(make([]any, 0, len(head)+len(order)+3*len(calls)), head...)
 	sorted := make([]*pending, 0, len(calls))
@@ -235,7 +235,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 			sorted = append(sorted, c)
 		}
 	}
-	v, err := l.call(ctx, pl, keys, args)
+	v, err := l.call(ctx, pl, keys, args, false)
 	nl := len(pl.layers)
 	results := make([]Result, nl*len(sorted))
 	if err == nil {

@@ -10,21 +10,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// libraryOne is the library's function of one request.
+var libraryOne = libraryName + "_1"
+
 // call runs the plan's decision in Redis: an FCALL of the library when it
 // is loaded, else the plan's script (EVALSHA, EVAL once after a SCRIPT
 // FLUSH). A server that lost the library (a restart, FUNCTION FLUSH) is
 // answered by the script at once, while the library is loaded again in
 // the background. The caller has bounded ctx (see bound).
-func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any) (any, error) {
+func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any, single bool) (any, error) {
+	fn, script := libraryName, pl.script
+	if single {
+		fn, script = libraryOne, pl.single
+	}
 	run := func(ctx context.Context) (any, error) {
 		if l.funcs.on.Load() {
-			v, err := l.rdb.FCall(ctx, libraryName, keys, args...).Result()
+			v, err := l.rdb.FCall(ctx, fn, keys, args...).Result()
 			if err == nil || !isNoFunction(err) {
 				return v, err
 			}
 			l.funcs.lost(l)
 		}
-		return pl.script.Run(ctx, l.rdb, keys, args...).Result()
+		return script.Run(ctx, l.rdb, keys, args...).Result()
 	}
 	if !l.detach {
 		v, err := run(ctx)

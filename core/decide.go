@@ -215,15 +215,19 @@ func checkWaits(rq *request, out []Result) error {
 	return nil
 }
 
-// args is the ARGV of rq alone.
-func (rq *request) args(now time.Time) []any {
+// args is the ARGV of rq alone, and whether it is one's (a plan of one
+// layer) rather than run's.
+func (rq *request) args(now time.Time) ([]any, bool) {
 	pl := rq.pl
-	if rq.mode == modeConsume && rq.n == 1 && pl.one != nil && !pl.ids {
-		return pl.one
+	if rq.mode == modeConsume && rq.n == 1 && pl.one != nil {
+		return pl.one, true
 	}
-	head := pl.argv(now)
-	args := append(append(make([]any, 0, len(head)+4), head...), 1, rq.n*8+rq.mode)
-	return rq.appendTail(args)
+	run, one := pl.argv(now)
+	if one != nil {
+		return rq.appendTail(append(append(make([]any, 0, len(one)+3), one...), rq.n*8+rq.mode)), true
+	}
+	args := append(append(make([]any, 0, len(run)+4), run...), 1, rq.n*8+rq.mode)
+	return rq.appendTail(args), false
 }
 
 // appendTail appends the stamp and permit id rq carries, if any.
@@ -239,7 +243,8 @@ func (rq *request) appendTail(args []any) []any {
 
 // runOne makes one decision in a call of its own.
 func (l *Limiter) runOne(ctx context.Context, rq *request, keys []string, out []Result) error {
-	v, err := l.call(ctx, rq.pl, keys, rq.args(time.Now()))
+	args, single := rq.args(time.Now())
+	v, err := l.call(ctx, rq.pl, keys, args, single)
 	if err != nil {
 		return err
 	}

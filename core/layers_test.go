@@ -88,6 +88,15 @@ func (c *opsCounter) sawReply(cmd redis.Cmder) {
 	args := cmd.Args()
 	num := func(v any) int { n, _ := strconv.Atoi(fmt.Sprint(v)); return n }
 	argv := args[3+num(args[2]):]
+	if isOne(fmt.Sprint(args[1])) {
+		// one's ARGV: the algorithm, its Limit, the request.
+		alg := num(argv[0])
+		mode := num(argv[1+scriptParams[alg]]) % 8
+		if g, _ := vals[1].(int64); g > 0 && (mode == modeConsume || mode == modeAtMost) {
+			c.admitted.Add(1)
+		}
+		return
+	}
 	nl, a, ids := num(argv[0]), 1, false
 	for range nl {
 		alg := num(argv[a])
@@ -123,6 +132,20 @@ func (c *opsCounter) sawReply(cmd redis.Cmder) {
 			c.admitted.Add(1)
 		}
 	}
+}
+
+// isOne reports a call of the one-request form: the library's function,
+// or one of its scripts (by SHA or source).
+func isOne(fn string) bool {
+	if fn == libraryOne {
+		return true
+	}
+	for _, s := range evalOne {
+		if s != nil && (fn == s.Hash() || strings.HasSuffix(fn, "return one(KEYS, ARGV)\n")) {
+			return true
+		}
+	}
+	return false
 }
 
 // scriptParams is how many ARGV each script algorithm's Limit takes.

@@ -45,7 +45,8 @@ import (
 //   - Every write sets the key's TTL to ResetAfter rounded up to whole ms
 //     (at least 1 ms): the state matters exactly until the quota is whole.
 //     A call that writes nothing lengthens the TTL when it is more than
-//     1 ms short of ResetAfter (the Limit changed to a slower one).
+//     1 ms short of ResetAfter (the Limit changed to a slower one, or
+//     Redis' clock stepped back: the TTL counts real time).
 //   - Requests of one batch are decided in order at one clock, exactly as
 //     separate calls at that clock.
 
@@ -895,7 +896,6 @@ type harness struct {
 	expire  bool  // the model forgets its state when the key expires
 	clock   int64 // Unix µs
 	ttl     int64 // µs until miniredis expires the key; 0: no key
-	end     int64 // the key's end as the scripts keep it, ms
 	keys    []string
 	history []string
 }
@@ -1035,14 +1035,14 @@ func (h *harness) step(dt int64, reqs []modelRequest) []refResult {
 
 // apply follows the key's TTL through one decision, as the scripts set it.
 func (h *harness) apply(w refResult) {
-	nowMs := floorDiv(h.clock, 1000)
 	switch {
 	case w.deleted:
-		h.ttl, h.end = 0, 0
+		h.ttl = 0
 	case w.ttl > 0:
-		h.ttl, h.end = w.ttl*1000, nowMs+w.ttl
-	case w.keep > 0 && h.ttl > 0 && h.end-nowMs < w.keep-1:
-		h.ttl, h.end = w.keep*1000, nowMs+w.keep
+		h.ttl = w.ttl * 1000
+	case w.keep > 0 && h.ttl > 0 && h.ttl/1000 < w.keep-1:
+		// (The scripts read the key's PTTL: real time, whatever the clock did.)
+		h.ttl = w.keep * 1000
 	}
 }
 

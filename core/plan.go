@@ -21,11 +21,13 @@ type plan struct {
 	all    []Limit // a layer subset's whole set, with mask
 	mask   uint8
 	layers []layer
-	script *redis.Script // the EVAL form: the one algorithm's, or all
+	script *redis.Script // the EVAL form of run: the one algorithm's, or all
+	single *redis.Script // the EVAL form of one, for a plan of one layer
 	nkeys  int           // KEYS per caller key
 	ids    bool          // a layer names permits (Concurrency)
-	args   []any         // ARGV head: the layers, then nothing
-	one    []any         // args, then one request of n = 1, consumed
+	args   []any         // run's ARGV head: the layers
+	head   []any         // one's ARGV head, for a plan of one layer: the Limit
+	one    []any         // head, then a request of n = 1, consumed
 	// cal holds the ARGV head of a plan with a calendar layer, rebuilt
 	// when the client's clock leaves its window.
 	cal atomic.Pointer[calendarArgs]
@@ -39,8 +41,8 @@ type layer struct {
 }
 
 type calendarArgs struct {
-	w    []*calendarWindows // per layer, nil where not a calendar
-	args []any
+	w          []*calendarWindows // per layer, nil where not a calendar
+	args, head []any
 }
 
 // newPlan validates limits; index[i] is layer i's number in the keys.
@@ -67,27 +69,35 @@ func newPlan(limits []Limit, index []int) (*plan, error) {
 		}
 	}
 	pl.script = evalScripts[script]
+	if len(limits) == 1 {
+		pl.single = evalOne[script]
+	}
 	if cal {
 		pl.cal.Store(pl.calendar(time.Now()))
 		return pl, nil
 	}
-	pl.args = pl.head(nil)
-	pl.one = append(pl.args[:len(pl.args):len(pl.args)], 1, 1*8+modeConsume)
+	pl.args, pl.head = pl.heads(nil)
+	if pl.head != nil && !pl.ids {
+		pl.one = append(pl.head[:len(pl.head):len(pl.head)], 1*8+modeConsume)
+	}
 	return pl, nil
 }
 
-// head is the ARGV of the layers; w gives the calendar layers' windows.
-func (pl *plan) head(w []*calendarWindows) []any {
-	args := []any{len(pl.layers)}
+// heads are the ARGV heads of run and of one (nil for several layers);
+// w gives the calendar layers' windows.
+func (pl *plan) heads(w []*calendarWindows) (run, one []any) {
+	run = []any{len(pl.layers)}
 	for i, ly := range pl.layers {
-		args = append(args, ly.row.script)
+		limit := ly.row.args(ly.p)
 		if w != nil && w[i] != nil {
-			args = append(args, w[i].args...)
-		} else {
-			args = append(args, ly.row.args(ly.p)...)
+			limit = w[i].args
+		}
+		run = append(append(run, ly.row.script), limit...)
+		if len(pl.layers) == 1 {
+			one = append([]any{ly.row.script}, limit...)
 		}
 	}
-	return args
+	return run, one
 }
 
 func (pl *plan) calendar(now time.Time) *calendarArgs {
@@ -97,14 +107,14 @@ func (pl *plan) calendar(now time.Time) *calendarArgs {
 			c.w[i] = newCalendarWindows(ly.limit, now)
 		}
 	}
-	c.args = pl.head(c.w)
+	c.args, c.head = pl.heads(c.w)
 	return c
 }
 
-// argv is the plan's ARGV head now.
-func (pl *plan) argv(now time.Time) []any {
+// argv is the plan's ARGV heads now, of run and of one.
+func (pl *plan) argv(now time.Time) (run, one []any) {
 	if pl.args != nil {
-		return pl.args
+		return pl.args, pl.head
 	}
 	c := pl.cal.Load()
 	for _, w := range c.w {
@@ -114,7 +124,7 @@ func (pl *plan) argv(now time.Time) []any {
 			break
 		}
 	}
-	return c.args
+	return c.args, c.head
 }
 
 // capacity is layer 0's: what a cost is checked against first.

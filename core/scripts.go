@@ -37,13 +37,16 @@ var (
 // needs, which defines its functions again on every call. Both run the
 // same driver on the same state, so they decide alike.
 var (
-	// libraryName names the library and its one function, with a hash of
-	// the code, so that instances running different versions of redlimit
-	// on one Redis (a rolling deploy) each call their own.
+	// libraryName names the library, with a hash of the code, so that
+	// instances running different versions of redlimit on one Redis (a
+	// rolling deploy) each call their own. Its function libraryName decides
+	// any call (run in driver.lua); libraryName+"_1" one request on one
+	// state under one Limit, with fewer arguments (one).
 	libraryName, librarySource = buildLibrary()
 	// evalScripts[script] holds the algorithm of that script index alone;
 	// evalScripts[0] holds every algorithm, for layers of several.
-	evalScripts = buildEvalScripts()
+	// evalOne[script] is the one-request form of evalScripts[script].
+	evalScripts, evalOne = buildEvalScripts()
 )
 
 // sources are the algorithms' files, each once.
@@ -76,15 +79,17 @@ func buildLibrary() (name, src string) {
 	sum := sha256.Sum256([]byte(code))
 	name = "redlimit_" + hex.EncodeToString(sum[:6])
 	return name, "#!lua name=" + name + "\n" + code +
-		"redis.register_function('" + name + "', function(keys, args) return run(keys, args) end)\n"
+		"redis.register_function('" + name + "', function(keys, args) return run(keys, args) end)\n" +
+		"redis.register_function('" + name + "_1', function(keys, args) return one(keys, args) end)\n"
 }
 
-func buildEvalScripts() (s [8]*redis.Script) {
-	s[0] = redis.NewScript(body(sources()...) + "return run(KEYS, ARGV)\n")
+func buildEvalScripts() (all, one [8]*redis.Script) {
+	all[0] = redis.NewScript(body(sources()...) + "return run(KEYS, ARGV)\n")
 	for _, a := range append(algorithms[:], calendarWindow) {
-		s[a.script] = redis.NewScript(body(a.source) + "return run(KEYS, ARGV)\n")
+		all[a.script] = redis.NewScript(body(a.source) + "return run(KEYS, ARGV)\n")
+		one[a.script] = redis.NewScript(body(a.source) + "return one(KEYS, ARGV)\n")
 	}
-	return s
+	return all, one
 }
 
 // Modes of a request, as the prelude names them.

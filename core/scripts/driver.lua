@@ -94,3 +94,54 @@ local function run(keys, args)
   end
   return out
 end
+
+-- one is run for the common call, one request on one state under one
+-- Limit, with less to read: ARGV the algorithm (Algorithm + 1), its Limit,
+-- then the request as run takes it (code, stamp, id). The Limit's params,
+-- parsed once, are kept while the same Limit comes back (a loaded library
+-- keeps them between calls; a script, for the call).
+local last = {}
+
+local function one(keys, args)
+  if not call then init() end
+  now()
+  local A = algorithms[tonumber(args[1])]
+  local np, p = A.nparams, last.p
+  if last.A ~= A then
+    p = nil
+  else
+    for i = 1, np do
+      if args[1 + i] ~= last[i] then
+        p = nil
+        break
+      end
+    end
+  end
+  if not p then
+    p = A.params(args, 2)
+    last.A, last.p = A, p
+    for i = 1, np do last[i] = args[1 + i] end
+  end
+  local a = np + 2
+  local code = tonumber(args[a])
+  local mode = code % 8
+  local n = (code - mode) / 8
+  local stamp, id = 0, 0
+  if mode == REFUND or mode == RENEW then
+    a = a + 1
+    stamp = tonumber(args[a])
+  end
+  if A.ids then id = args[a + 1] end
+  local vals
+  if A.ids then
+    vals = {} -- (a set: its load reads it itself)
+  elseif A.nkeys == 1 then
+    vals = {call('GET', keys[1])}
+  else
+    vals = call('MGET', unpack(keys))
+  end
+  local st = A.load(keys, 1, vals, p)
+  local g, r, rt, rs, d = A.decide(st, p, n, mode, stamp, id)
+  A.save(st, p, rs, mode ~= PEEK)
+  return {clock, g, r, rt, rs, d}
+end

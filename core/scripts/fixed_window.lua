@@ -3,10 +3,10 @@
 -- starts; or, for a calendar Limit, they are the calendar days, weeks or
 -- months whose starts the client computes in its time zone and sends.
 --
--- State    one string key: "<start> <count> <end>" (period windows) or
---          "<start> <wend> <count> <end>" (calendar windows): the window's
---          start and end µs, the units admitted in it (above rate after
---          the Limit was lowered), the key's expiry in ms (see persist)
+-- State    one string key: "<start> <count>" (period windows) or
+--          "<start> <wend> <count>" (calendar windows): the window's start
+--          and end µs, the units admitted in it (above rate after the Limit
+--          was lowered, or in debt)
 -- Limit    ARGV, period windows: period µs, rate units per window
 --          calendar windows: rate, then b1 < b2 < b3 < b4, the starts (µs)
 --          of four consecutive windows, the client's current one second
@@ -43,14 +43,14 @@ local function cw_window(p, t)
 end
 
 function fw.load(keys, k, vals, p)
-  local st = {key = keys[k], start = floor(clock / p.period) * p.period, count = 0, e = 0}
+  local st = {key = keys[k], start = floor(clock / p.period) * p.period, count = 0}
   st.wend = st.start + p.period
   local v = vals[k]
   if not v then return st end
-  local raw, start, count, e = match(v, '^((%d+) (%d+)) (%d+)$')
-  if not e then corrupt(keys[k]) end
+  local start, count = match(v, '^(%d+) (%d+)$')
+  if not count then corrupt(keys[k]) end
   start = tonumber(start)
-  st.e, st.raw = tonumber(e), raw
+  st.found = true
   if clock < start + p.period then
     st.start, st.count = start, tonumber(count)
     st.wend, st.ahead = start + p.period, start > clock
@@ -64,14 +64,14 @@ function fw.load(keys, k, vals, p)
 end
 
 function cw.load(keys, k, vals, p)
-  local st = {key = keys[k], count = 0, e = 0}
+  local st = {key = keys[k], count = 0}
   st.start, st.wend = cw_window(p, clock)
   local v = vals[k]
   if not v then return st end
-  local raw, start, wend, count, e = match(v, '^((%d+) (%d+) (%d+)) (%d+)$')
-  if not e then corrupt(keys[k]) end
+  local start, wend, count = match(v, '^(%d+) (%d+) (%d+)$')
+  if not count then corrupt(keys[k]) end
   wend = tonumber(wend)
-  st.e, st.raw = tonumber(e), raw
+  st.found = true
   if clock < wend then
     st.start, st.wend, st.count = tonumber(start), wend, tonumber(count)
     st.ahead = st.start > clock
@@ -142,12 +142,12 @@ end
 function fw.decide(st, p, n, mode, stamp) return window_decide(fw, st, p, n, mode, stamp) end
 function cw.decide(st, p, n, mode, stamp) return window_decide(cw, st, p, n, mode, stamp) end
 
-local function fw_encode(st, e)
-  return fmt('%d %d %d', st.start, st.count, e)
+local function fw_encode(st)
+  return fmt('%d %d', st.start, st.count)
 end
 
-local function cw_encode(st, e)
-  return fmt('%d %d %d %d', st.start, st.wend, st.count, e)
+local function cw_encode(st)
+  return fmt('%d %d %d', st.start, st.wend, st.count)
 end
 
 function fw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, fw_encode) end

@@ -2,11 +2,10 @@
 -- of rate per period; a request is admitted with the delay it must wait
 -- before it proceeds, while at most capacity units are queued.
 --
--- State    one string key, "<queued> <time> <scale> <end>": queued units in
+-- State    one string key, "<queued> <time> <scale>": queued units in
 --          scaled units (1/scale of a unit; more than capacity while the
 --          queue is in debt, CHARGE), time µs at which queued was true,
---          scale the period they were scaled by, end the key's expiry in ms
---          (see persist)
+--          scale the period they were scaled by
 -- Limit    ARGV: period in ticks / g, rate / g (the drain per tick in
 --          scaled units), capacity units, max_delay µs (the longest delay to
 --          hand out; 0: only capacity bounds it), tick µs (1 unless the
@@ -25,13 +24,13 @@ function lb.params(args, a)
 end
 
 function lb.load(keys, k, vals, p)
-  local st = {key = keys[k], now = clock, t = clock, queued = 0, e = 0}
+  local st = {key = keys[k], now = clock, t = clock, queued = 0}
   local v = vals[k]
   if not v then return st end
-  local raw, queued, t, scale, e = match(v, '^((%d+) (%d+) (%d+)) (%d+)$')
-  if not e then corrupt(keys[k]) end
+  local queued, t, scale = match(v, '^(%d+) (%d+) (%d+)$')
+  if not scale then corrupt(keys[k]) end
   queued, t, scale = tonumber(queued), tonumber(t), tonumber(scale)
-  st.e, st.raw = tonumber(e), raw
+  st.found = true
   if scale ~= p.period then queued = ceil(queued / scale * p.period) end
   if t > clock then st.now = t end
   -- Drain by whole ticks since t; the time keeps what is left of a tick.
@@ -79,8 +78,8 @@ function lb.decide(st, p, n, mode, stamp)
   return granted, max(0, floor((p.full - queued) / p.period)), retry, reset, delay
 end
 
-local function lb_encode(st, e)
-  return fmt('%d %d %d %d', st.queued, st.t, st.period, e)
+local function lb_encode(st)
+  return fmt('%d %d %d', st.queued, st.t, st.period)
 end
 
 function lb.save(st, p, reset, nonpeek)

@@ -64,23 +64,22 @@ local algorithms = {}
 -- changed nothing (a denial) writes nothing, unless the key would expire
 -- before its quota is whole, which happens when its Limit changed to a
 -- slower one: then the expiry of the state would hand out a fresh quota, so
--- the TTL is lengthened and the value (st.raw) kept. A TTL within 1 ms of the
--- need is rounding, not a change. The key's end (ms) is the value's last
--- field, so this needs no PTTL. encode(st, e) is the changed value, with
--- end e.
+-- the TTL is lengthened. A TTL within 1 ms of the need is rounding, not a
+-- change. Only such a call reads the TTL; encode(st) is the changed value.
 local function persist(st, reset, nonpeek, encode)
-  local ttl, value
   if st.dirty then
-    ttl = max(1, ceil(reset / 1000))
-    value = encode(st, clock_ms + ttl)
-  elseif nonpeek and st.raw and reset > 0 and st.e - clock_ms < ceil(reset / 1000) - 1 then
-    ttl = ceil(reset / 1000)
-    value = fmt('%s %d', st.raw, clock_ms + ttl)
-  else
-    return nil
+    local ttl = max(1, ceil(reset / 1000))
+    call('SET', st.key, encode(st), 'PX', ttl)
+    return ttl
   end
-  call('SET', st.key, value, 'PX', ttl)
-  return ttl
+  if nonpeek and st.found and reset > 0 then
+    local need = ceil(reset / 1000)
+    if call('PTTL', st.key) < need - 1 then
+      call('PEXPIRE', st.key, need)
+      return need
+    end
+  end
+  return nil
 end
 
 -- corrupt stops the call on a value none of these scripts wrote.

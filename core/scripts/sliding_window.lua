@@ -12,13 +12,12 @@
 --          of requests), scored by its time µs, member "<S> <w>": w its
 --          units and S the running total of units through it (unique: it
 --          grows with every entry). The meta, a string "<T> <trimmed>
---          <oldest> <newest> <nw> <m>[ <S> <r>...] <end>": T the running
+--          <oldest> <newest> <nw> <m>[ <S> <r>...]": T the running
 --          total, trimmed the running total before the oldest entry left,
 --          the times µs of the oldest and newest entries (0 when empty),
 --          the newest entry's w, the number of entries m; then at most 8
 --          credits, each r units refunded from the entry holding unit
---          number S, which count no more until that entry leaves; and the
---          keys' expiry in ms (see persist).
+--          number S, which count no more until that entry leaves.
 -- Limit    ARGV: period µs, rate units per window
 --
 -- The count in the window is T - trimmed - the credits. Entries leave in
@@ -78,14 +77,13 @@ end
 
 function sw.load(keys, k, vals, p)
   local st = {log = keys[k], key = keys[k + 1], T = 0, trimmed = 0, oldest = 0, newest = 0, nw = 0, m = 0,
-    cr = {}, credit = 0, e = 0}
+    cr = {}, credit = 0}
   local v = vals[k + 1]
   if not v then return st end
-  local raw, T, trimmed, oldest, newest, nw, m, rest, e =
-    match(v, '^((%d+) (%d+) (%d+) (%d+) (%d+) (%d+)(.-)) (%d+)$')
-  if not e then corrupt(keys[k + 1]) end
+  local T, trimmed, oldest, newest, nw, m, rest = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)(.*)$')
+  if not m then corrupt(keys[k + 1]) end
   st.T, st.trimmed, st.oldest, st.newest = tonumber(T), tonumber(trimmed), tonumber(oldest), tonumber(newest)
-  st.nw, st.m, st.e, st.raw = tonumber(nw), tonumber(m), tonumber(e), raw
+  st.nw, st.m, st.found = tonumber(nw), tonumber(m), true
   if rest ~= '' then
     for s, r in gmatch(rest, '(%d+) (%d+)') do
       st.cr[#st.cr + 1] = tonumber(s)
@@ -253,12 +251,11 @@ local function sw_rebase(st)
   for i = 1, #st.cr, 2 do st.cr[i] = st.cr[i] - base end
 end
 
-local function sw_encode(st, e)
+local function sw_encode(st)
   local head = fmt('%d %d %d %d %d %d', st.T, st.trimmed, st.oldest, st.newest, st.nw, st.m)
-  if #st.cr == 0 then return fmt('%s %d', head, e) end
+  if #st.cr == 0 then return head end
   local parts = {head}
   for i = 1, #st.cr do parts[#parts + 1] = fmt('%d', st.cr[i]) end
-  parts[#parts + 1] = fmt('%d', e)
   return table.concat(parts, ' ')
 end
 

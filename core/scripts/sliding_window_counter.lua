@@ -5,9 +5,8 @@
 -- were spread evenly, so it can admit a little more or less than the exact
 -- log around bursts.
 --
--- State    one string key, "<start> <count> <previous> <end>": the current
---          window's start µs, its count, the previous window's count, the
---          key's expiry in ms (see persist)
+-- State    one string key, "<start> <count> <previous>": the current
+--          window's start µs, its count, the previous window's count
 -- Limit    ARGV: period µs, rate units per window, tick µs (1 unless the
 --          Limit is too large for µs to be exact)
 --
@@ -38,13 +37,13 @@ function swc.params(args, a)
 end
 
 function swc.load(keys, k, vals, p)
-  local st = {key = keys[k], start = floor(clock / p.period) * p.period, count = 0, prev = 0, e = 0}
+  local st = {key = keys[k], start = floor(clock / p.period) * p.period, count = 0, prev = 0}
   local v = vals[k]
   if not v then return st end
-  local raw, start, count, prev, e = match(v, '^((%d+) (%d+) (%d+)) (%d+)$')
-  if not e then corrupt(keys[k]) end
+  local start, count, prev = match(v, '^(%d+) (%d+) (%d+)$')
+  if not prev then corrupt(keys[k]) end
   start = tonumber(start)
-  st.e, st.raw = tonumber(e), raw
+  st.found = true
   -- (Counts far above this Limit's, after it was lowered, are capped where
   -- the arithmetic would stop being exact.)
   if clock < start + p.period then
@@ -127,8 +126,8 @@ function swc.decide(st, p, n, mode, stamp)
   return granted, remaining, retry, reset, 0
 end
 
-local function swc_encode(st, e)
-  return fmt('%d %d %d %d', st.start, st.count, st.prev, e)
+local function swc_encode(st)
+  return fmt('%d %d %d', st.start, st.count, st.prev)
 end
 
 function swc.save(st, p, reset, nonpeek)

@@ -1,11 +1,10 @@
 -- Token bucket: capacity tokens, initially full, refilled continuously at
 -- rate per period; a request of n takes n tokens if there are n.
 --
--- State    one string key, "<tokens> <time> <scale> <end>": tokens in scaled
+-- State    one string key, "<tokens> <time> <scale>": tokens in scaled
 --          units (1/scale of a token, so the refill per tick is an
 --          integer), negative while the bucket is in debt (CHARGE); time µs
---          at which tokens was true; scale the period they were scaled by;
---          end the key's expiry in ms (see persist)
+--          at which tokens was true; scale the period they were scaled by
 -- Limit    ARGV: period in ticks / g, rate / g (the refill per tick in
 --          scaled units), capacity tokens, tick µs (1 unless the Limit is
 --          too large for µs to be exact); g = gcd(period ticks, rate)
@@ -23,13 +22,13 @@ function tb.params(args, a)
 end
 
 function tb.load(keys, k, vals, p)
-  local st = {key = keys[k], now = clock, t = clock, tokens = p.full, e = 0}
+  local st = {key = keys[k], now = clock, t = clock, tokens = p.full}
   local v = vals[k]
   if not v then return st end
-  local raw, tokens, t, scale, e = match(v, '^((%-?%d+) (%d+) (%d+)) (%d+)$')
-  if not e then corrupt(keys[k]) end
+  local tokens, t, scale = match(v, '^(%-?%d+) (%d+) (%d+)$')
+  if not scale then corrupt(keys[k]) end
   tokens, t, scale = tonumber(tokens), tonumber(t), tonumber(scale)
-  st.e, st.raw = tonumber(e), raw
+  st.found = true
   if scale ~= p.period then tokens = floor(tokens / scale * p.period) end
   if t > clock then st.now = t end
   tokens = min(tokens, p.full)
@@ -73,8 +72,8 @@ function tb.decide(st, p, n, mode, stamp)
   return granted, max(0, floor(tokens / p.period)), retry, reset, 0
 end
 
-local function tb_encode(st, e)
-  return fmt('%d %d %d %d', st.tokens, st.t, st.period, e)
+local function tb_encode(st)
+  return fmt('%d %d %d', st.tokens, st.t, st.period)
 end
 
 function tb.save(st, p, reset, nonpeek)
