@@ -339,8 +339,12 @@ func TestInvalidCostFailsClosed(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			mr, _, l := mini(t)
 			var obs observed
-			p := mustNew(t, Config{Limiter: l, Limit: core.PerSecond(10), Layers: tt.layers,
-				LimitFunc: func(r Request, _ string) (core.Limit, bool) { return tt.limitFn(r) }, Fail: FailOpen, Cost: func(Request) int { return tt.cost }, Observer: &obs})
+			cfg := Config{Limiter: l, Limit: core.PerSecond(10), Layers: tt.layers,
+				Fail: FailOpen, Cost: func(Request) int { return tt.cost }, Observer: &obs}
+			if tt.limitFn != nil {
+				cfg.LimitFunc = func(r Request, _ string) (core.Limit, bool) { return tt.limitFn(r) }
+			}
+			p := mustNew(t, cfg)
 			d, h := decide(p, from("192.0.2.1"))
 			if d.Outcome != OutcomeFailedClosed || d.Proceed() || d.Status() != http.StatusServiceUnavailable {
 				t.Errorf("outcome %v, Proceed %v, Status %d; want failed closed, not proceeding, 503", d.Outcome, d.Proceed(), d.Status())
