@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -222,7 +221,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 		}
 		byState[k] = append(byState[k], c)
 	}
-	head, _ := pl.argv(time.Now())
+	head, _ := pl.argv(l.clock())
 	keys := make([]string, 0, len(order)*pl.nkeys)
 	args := append(make([]any, 0, len(head)+len(order)+3*len(calls)), head...)
 	sorted := make([]*pending, 0, len(calls))

@@ -243,7 +243,7 @@ func (rq *request) appendTail(args []any) []any {
 
 // runOne makes one decision in a call of its own.
 func (l *Limiter) runOne(ctx context.Context, rq *request, keys []string, out []Result) error {
-	args, single := rq.args(time.Now())
+	args, single := rq.args(l.clock())
 	v, err := l.call(ctx, rq.pl, keys, args, single)
 	if err != nil {
 		return err

@@ -54,6 +54,7 @@ type Limiter struct {
 	health   healthState
 	funcs    functions
 	plans    plans
+	clock    func() time.Time // WithClock
 	closed   atomic.Bool
 	stop     func() // undoes what New registered on the client
 }
@@ -86,7 +87,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{rdb: rdb, prefix: cfg.prefix, timeout: cfg.timeout, detach: !honoursDeadlines(rdb),
-		group: groupingOf(rdb), log: cfg.log}
+		group: groupingOf(rdb), log: cfg.log, clock: cfg.clock}
 	l.breaker = breaker{failures: cfg.breakerFailures, cooldown: cfg.breakerCooldown, span: 2 * cfg.timeout, log: cfg.log}
 	l.breaker.healthy.Store(true)
 	if c, ok := rdb.(interface{ ReloadState(context.Context) }); ok {

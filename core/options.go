@@ -21,6 +21,7 @@ type config struct {
 	batch           int
 	inflight        int
 	leaseShare      float64
+	clock           func() time.Time
 	errs            []error
 }
 
@@ -35,6 +36,7 @@ func defaultConfig() config {
 		log:             slog.Default,
 		batch:           128,
 		inflight:        4,
+		clock:           time.Now,
 	}
 }
 
@@ -155,6 +157,21 @@ func WithBatching(max int) Option {
 			c.fail("WithBatching: max must be >= 1, got %d", max)
 		}
 		c.batch = max
+	}
+}
+
+// WithClock sets the application clock the Limiter reads to find the
+// calendar windows of a Limit with a Calendar (which the scripts then
+// hold to Redis' own clock, within a window either way): for tests that
+// move Redis' clock (redlimittest does), so the two agree. Decisions are
+// timed by Redis alone; the deny cache, leases and the local fallback keep
+// the process' own clock. Default: time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now == nil {
+			c.fail("WithClock: nil clock")
+		}
+		c.clock = now
 	}
 }
 

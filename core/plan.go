@@ -88,9 +88,11 @@ func newPlan(limits []Limit, index []int) (*plan, error) {
 func (pl *plan) heads(w []*calendarWindows) (run, one []any) {
 	run = []any{len(pl.layers)}
 	for i, ly := range pl.layers {
-		limit := ly.row.args(ly.p)
+		var limit []any
 		if w != nil && w[i] != nil {
 			limit = w[i].args
+		} else {
+			limit = ly.row.args(ly.p)
 		}
 		run = append(append(run, ly.row.script), limit...)
 		if len(pl.layers) == 1 {

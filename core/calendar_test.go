@@ -1,0 +1,172 @@
+package core
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// calendarLimiter is a Limiter on miniredis whose application clock is the
+// miniredis clock the test sets, as redlimittest wires it.
+func calendarLimiter(t *testing.T) (*miniredis.Miniredis, *Limiter, func(time.Time)) {
+	t.Helper()
+	mr, _ := redistest.Mini(t)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, ReadTimeout: time.Minute})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var now time.Time
+	l, err := New(rdb, WithPrefix("cal"), WithTimeout(time.Minute), WithLogger(nil), WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mr, l, func(t time.Time) {
+		now = t
+		mr.SetTime(t)
+	}
+}
+
+func mustLocation(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Skipf("no time zone %s on this machine: %v", name, err)
+	}
+	return loc
+}
+
+// TestCalendarWindows backs Limit.Calendar's "10000 per month resets on
+// the 1st" at local midnight, over months of 28 to 31 days, leap days, ISO
+// weeks and days of 23 and 25 hours (daylight saving): a spent quota waits
+// exactly until the next local midnight of its window, and is whole then.
+func TestCalendarWindows(t *testing.T) {
+	ctx := context.Background()
+	ny := mustLocation(t, "America/New_York")
+	berlin := mustLocation(t, "Europe/Berlin")
+	tests := []struct {
+		name  string
+		lim   Limit
+		at    time.Time // the quota is spent here
+		reset time.Time // the next window begins
+	}{
+		{"month end, New York", Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Monthly, Location: ny},
+			time.Date(2026, 1, 31, 23, 59, 59, 500_000_000, ny), time.Date(2026, 2, 1, 0, 0, 0, 0, ny)},
+		{"a month of 28 days", PerMonth(3, nil), time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)},
+		{"leap day", Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Daily},
+			time.Date(2028, 2, 29, 23, 0, 0, 0, time.UTC), time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)},
+		{"the month of a leap day", PerMonth(3, nil), time.Date(2028, 2, 29, 12, 0, 0, 0, time.UTC), time.Date(2028, 3, 1, 0, 0, 0, 0, time.UTC)},
+		{"a day of 23 hours, Berlin", Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Daily, Location: berlin},
+			time.Date(2026, 3, 29, 0, 0, 0, 0, berlin), time.Date(2026, 3, 30, 0, 0, 0, 0, berlin)},
+		{"a day of 25 hours, Berlin", Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Daily, Location: berlin},
+			time.Date(2026, 10, 25, 0, 30, 0, 0, berlin), time.Date(2026, 10, 26, 0, 0, 0, 0, berlin)},
+		{"an ISO week, Sunday night", Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Weekly},
+			time.Date(2026, 1, 4, 23, 0, 0, 0, time.UTC), time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC)},
+		{"an ISO week, Monday", Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Weekly},
+			time.Date(2026, 1, 5, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 12, 0, 0, 0, 0, time.UTC)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, l, set := calendarLimiter(t)
+			set(tt.at)
+			if r, err := l.AllowN(ctx, "k", tt.lim, 3); err != nil || !r.Allowed || r.ResetAfter != tt.reset.Sub(tt.at) {
+				t.Fatalf("AllowN(3) = %+v, %v; want admitted, whole again in %v", r, err, tt.reset.Sub(tt.at))
+			}
+			r, err := l.Allow(ctx, "k", tt.lim)
+			if err != nil || r.Allowed || r.RetryAfter != tt.reset.Sub(tt.at) {
+				t.Fatalf("Allow = %+v, %v; want denied until %v (%v)", r, err, tt.reset, tt.reset.Sub(tt.at))
+			}
+			set(tt.reset.Add(-time.Microsecond))
+			if r, _ := l.Allow(ctx, "k", tt.lim); r.Allowed {
+				t.Errorf("admitted 1µs before the window ends: %+v", r)
+			}
+			set(tt.reset)
+			if r, err := l.AllowN(ctx, "k", tt.lim, 3); err != nil || !r.Allowed {
+				t.Errorf("at the next window: AllowN(3) = %+v, %v; want the whole quota", r, err)
+			}
+		})
+	}
+}
+
+// TestCalendarDebt backs Settle's calendar rule: a debt carries into the
+// next calendar window, and that window's own length counts.
+func TestCalendarDebt(t *testing.T) {
+	ctx := context.Background()
+	_, l, set := calendarLimiter(t)
+	lim := PerMonth(10, nil)
+	jan := time.Date(2026, 1, 20, 0, 0, 0, 0, time.UTC)
+	set(jan)
+	taken, err := l.Allow(ctx, "k", lim)
+	if err != nil || !taken.Allowed {
+		t.Fatal(taken, err)
+	}
+	// 1 taken, 14 used: January is spent and February starts at 4.
+	if _, err := l.Settle(ctx, "k", lim, taken, 14); err != nil {
+		t.Fatal(err)
+	}
+	feb := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
+	if r, _ := l.Allow(ctx, "k", lim); r.Allowed || r.RetryAfter != feb.Sub(jan) {
+		t.Errorf("in January after the debt: %+v, want denied until February", r)
+	}
+	set(feb)
+	if r, err := l.AllowN(ctx, "k", lim, 6); err != nil || !r.Allowed {
+		t.Errorf("February: AllowN(6) = %+v, %v; want admitted", r, err)
+	}
+	if r, _ := l.Allow(ctx, "k", lim); r.Allowed {
+		t.Errorf("February admitted an 11th unit counting the debt: %+v", r)
+	}
+}
+
+// TestCalendarClockSkew: the windows come from the application's clock,
+// and Redis' clock may be up to a window away from it either way; further,
+// the call fails, naming the skew, rather than count in a wrong window.
+func TestCalendarClockSkew(t *testing.T) {
+	ctx := context.Background()
+	mr, l, set := calendarLimiter(t)
+	lim := Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Daily}
+	day := time.Date(2026, 5, 10, 23, 59, 0, 0, time.UTC)
+	set(day)
+	mr.SetTime(day.Add(2 * time.Minute)) // Redis is in the next day
+	if r, err := l.AllowN(ctx, "k", lim, 3); err != nil || !r.Allowed || r.ResetAfter != 24*time.Hour-time.Minute {
+		t.Errorf("Redis a day on: %+v, %v; want its own day's window", r, err)
+	}
+	mr.SetTime(day.Add(72 * time.Hour))
+	if _, err := l.Allow(ctx, "k", lim); err == nil || !strings.Contains(err.Error(), "calendar window") {
+		t.Errorf("Redis three days on: %v, want an error about the calendar windows", err)
+	}
+}
+
+// TestCalendarText: the text form of calendar Limits, and what it refuses.
+func TestCalendarText(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		want Limit
+	}{
+		{"10000/month", PerMonth(10000, nil)},
+		{"100/day calendar", Limit{Algorithm: FixedWindow, Rate: 100, Calendar: Daily}},
+		{"5/week calendar tz=Europe/Berlin", Limit{Algorithm: FixedWindow, Rate: 5, Calendar: Weekly, Location: mustLocation(t, "Europe/Berlin")}},
+	} {
+		var l Limit
+		if err := l.UnmarshalText([]byte(tt.text)); err != nil {
+			t.Errorf("%q: %v", tt.text, err)
+			continue
+		}
+		if l.Algorithm != tt.want.Algorithm || l.Rate != tt.want.Rate || l.Calendar != tt.want.Calendar ||
+			l.Location.String() != tt.want.Location.String() || l.Period != 0 {
+			t.Errorf("%q = %+v, want %+v", tt.text, l, tt.want)
+		}
+		var back Limit
+		if err := back.UnmarshalText([]byte(l.String())); err != nil || back.String() != l.String() {
+			t.Errorf("%q: String %q does not parse back the same: %v", tt.text, l, err)
+		}
+	}
+	for _, bad := range []string{"10/month token_bucket", "10/2d calendar", "10/h calendar", "10/day tz=Nowhere/City", "10/s tz=UTC"} {
+		var l Limit
+		if err := l.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("%q parsed as %+v, want an error", bad, l)
+		}
+	}
+}
