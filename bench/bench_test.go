@@ -1,75 +1,77 @@
 package bench
 
 import (
-	"strings"
+	"fmt"
 	"testing"
 )
 
-// benchMatrix runs im over scenarios, one sub-benchmark each. Each makes
-// b.N decisions with an explicit pool of s.g goroutines (b.RunParallel
-// cannot run one goroutine, nor exactly 16 or 256 on any GOMAXPROCS).
-func benchMatrix(b *testing.B, im impl, scenarios []scenario) {
-	needRedis(b)
-	for _, s := range scenarios {
-		var (
-			d    decider
-			c    client
-			done func()
-		)
-		// b.Run calls the function once per b.N it tries: the cell is set
-		// up in the first round only, and its keys deleted after the last.
-		b.Run(s.String(), func(b *testing.B) {
-			if d == nil {
-				d, c, done = setup(b, im, s)
-			}
-			b.ReportAllocs()
-			st := run(s.g, int64(b.N), 0, s.keys, d, c.ctr, b.ResetTimer, b.StopTimer)
-			report(b, &st)
-		})
-		if done != nil {
-			done()
+// Every benchmark name is key=value parts (g=, keys=, traffic=, impl=,
+// alg=, mode=, app=), so that benchstat can put any of them in columns
+// (-col /impl) or rows, and filter on them; see doc.go for the commands.
+
+// benchCell is one sub-benchmark: im in s. It makes b.N decisions with an
+// explicit pool of s.g goroutines (b.RunParallel cannot run one goroutine,
+// nor exactly 16 or 256 on any GOMAXPROCS). b.Run calls the function once
+// per b.N it tries, and again for every -count: the cell is set up (fresh
+// keys, primed, the Limiter's background work waited out) the first time
+// only, and released, its keys deleted, once b.Run returns.
+func benchCell(b *testing.B, name string, im impl, s scenario) {
+	var (
+		d    decider
+		c    client
+		done func()
+	)
+	b.Run(name, func(b *testing.B) {
+		if d == nil {
+			d, c, done = setup(b, im, s)
 		}
+		b.ReportAllocs()
+		st := run(s.g, int64(b.N), 0, s.keys, d, c.ctr, b.ResetTimer, b.StopTimer)
+		report(b, &st)
+	})
+	if done != nil {
+		done()
 	}
 }
 
-// BenchmarkOurs is the core's token bucket: plain (every decision its own
-// script call), batched (the default) and batched with the deny cache; and
-// leases (a fixed window) on the one-key scenarios.
-func BenchmarkOurs(b *testing.B) {
-	for _, im := range oursAll {
-		b.Run(strings.TrimPrefix(im.name, "ours/"), func(b *testing.B) { benchMatrix(b, im, matrix) })
-	}
-	var hot []scenario
+// BenchmarkDecisions is the decision table in go test's format:
+// BenchmarkDecisions/g=G/keys=K/traffic=T/impl=I, every contender of a
+// scenario one after the other (interleaved), the scenarios of the matrix
+// in order. impl is ours-plain, ours-batched (the default Limiter),
+// ours-batched+denycache, ours-leases (one-key scenarios), ours-fixed_window
+// (the default Limiter on a fixed window), redis_rate, ulule, and goredis
+// (our call through go-redis alone, 1-goroutine scenarios).
+func BenchmarkDecisions(b *testing.B) {
+	needRedis(b)
 	for _, s := range matrix {
-		if s.keys == 1 {
-			hot = append(hot, s)
-		}
-	}
-	for _, im := range leaseImpls {
-		b.Run(strings.TrimPrefix(im.name, "ours/"), func(b *testing.B) { benchMatrix(b, im, hot) })
+		b.Run(s.benchName(), func(b *testing.B) {
+			for _, c := range decisionContenders() {
+				if c.only(s) {
+					benchCell(b, "impl="+c.im.benchName(), c.im, s)
+				}
+			}
+		})
 	}
 }
 
 // BenchmarkAlgorithms is each algorithm, plain and batched, on the
-// algorithm scenarios.
+// algorithm scenarios: BenchmarkAlgorithms/alg=A/g=G/keys=K/traffic=T/mode=M.
 func BenchmarkAlgorithms(b *testing.B) {
+	needRedis(b)
 	for _, alg := range algorithms {
-		for _, batched := range []bool{false, true} {
-			im := oursAlg(alg, batched)
-			b.Run(strings.TrimPrefix(im.name, "ours/"), func(b *testing.B) { benchMatrix(b, im, algScenarios) })
+		for _, s := range algScenarios {
+			b.Run(fmt.Sprintf("alg=%s/%s", alg, s.benchName()), func(b *testing.B) {
+				for _, batched := range []bool{false, true} {
+					mode := "plain"
+					if batched {
+						mode = "batched"
+					}
+					benchCell(b, "mode="+mode, oursAlg(alg, batched), s)
+				}
+			})
 		}
 	}
 }
-
-// BenchmarkRedisRate is go-redis/redis_rate v10.
-func BenchmarkRedisRate(b *testing.B) { benchMatrix(b, redisRate, matrix) }
-
-// BenchmarkUlule is ulule/limiter v3 with its Redis store.
-func BenchmarkUlule(b *testing.B) { benchMatrix(b, ulule, matrix) }
-
-// BenchmarkGoRedisEvalSha is the token bucket script through go-redis alone:
-// the allocations and time go-redis itself costs per decision.
-func BenchmarkGoRedisEvalSha(b *testing.B) { benchMatrix(b, goredis, matrix) }
 
 // abusiveScenarios is one key at 1000/s and at 100/s hammered by 16 and 256
 // goroutines.
@@ -83,9 +85,15 @@ var denyCacheImpls = []impl{oursPlain, oursPDC, oursBatched, oursBDC}
 
 // BenchmarkDenyCache compares Redis calls per 1000 decisions (the
 // rediscalls/1kop metric) with and without the deny cache, plain and
-// batched, on one abused key.
+// batched, on one abused key:
+// BenchmarkDenyCache/g=G/keys=1/traffic=abusive1000|abusive100/impl=I.
 func BenchmarkDenyCache(b *testing.B) {
-	for _, im := range denyCacheImpls {
-		b.Run(strings.TrimPrefix(im.name, "ours/"), func(b *testing.B) { benchMatrix(b, im, abusiveScenarios) })
+	needRedis(b)
+	for _, s := range abusiveScenarios {
+		b.Run(s.benchName(), func(b *testing.B) {
+			for _, im := range denyCacheImpls {
+				benchCell(b, "impl="+im.benchName(), im, s)
+			}
+		})
 	}
 }

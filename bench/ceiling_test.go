@@ -3,117 +3,116 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
+	"math"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlimit/redlimit/core"
-	"github.com/ulule/limiter/v3"
-	sredis "github.com/ulule/limiter/v3/drivers/store/redis"
 )
 
-// evalCapture is a go-redis hook that keeps the first EVALSHA a client
-// sends: the exact script call an implementation makes for one decision.
-type evalCapture struct {
-	mu   sync.Mutex
-	args []string
+// ceilingCall is the script call of one allowed decision of an
+// implementation, as captured from it (see captureOurs, capturePeer), and
+// the placeholder key it was captured for.
+type ceilingCall struct {
+	name    string
+	ours    bool
+	capture func() (call scriptCall, placeholder string, err error)
 }
 
-func (c *evalCapture) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *evalCapture) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "evalsha" {
-			c.mu.Lock()
-			if c.args == nil {
-				for _, a := range cmd.Args() {
-					c.args = append(c.args, fmt.Sprint(a))
-				}
-			}
-			c.mu.Unlock()
-		}
-		return next(ctx, cmd)
-	}
+var ceilingCalls = []ceilingCall{
+	{"our token bucket (plain)", true, func() (scriptCall, string, error) {
+		q := allowed.quota()
+		return captureOurs(core.Limit{Rate: q.rate, Period: q.period}, core.WithBatching(1))
+	}},
+	{"redis_rate's GCRA", false, func() (scriptCall, string, error) { return capturePeer(redisRate) }},
+	{"ulule's fixed window", false, func() (scriptCall, string, error) { return capturePeer(ulule) }},
 }
 
-func (c *evalCapture) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-// captureEval makes one decision with the implementation that decide
-// builds on a fresh client, for key, and returns the EVALSHA it sent
-// ("evalsha", sha, numkeys, keys..., args...). Its script is then in
-// Redis' script cache (an implementation loads it on NOSCRIPT).
-func captureEval(decide func(ctx context.Context, rdb *redis.Client, key string) error) ([]string, error) {
-	opt, err := redis.ParseURL(redisURL())
+// capturePeer returns the call one allowed decision of im makes, once its
+// script is in Redis' cache (an EVALSHA), on the capture client, and the
+// placeholder key it was made for. The call's keys are deleted.
+func capturePeer(im impl) (scriptCall, string, error) {
+	c, err := clientNamed("capture")
 	if err != nil {
-		return nil, err
+		return scriptCall{}, "", err
 	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	var c evalCapture
-	rdb.AddHook(&c)
+	key := fmt.Sprintf("%s:capture%d", runPrefix, nsSeq.Add(1))
+	d, release, err := im.make(c.rdb, allowed.quota(), []string{key})
+	if err != nil {
+		return scriptCall{}, "", err
+	}
+	defer release()
+	call, err := captureSettled(false, func(ctx context.Context) error {
+		_, err := d(ctx, 0)
+		return err
+	})
+	if derr := unlinkKeys(call.keys()...); err == nil && derr != nil {
+		err = derr
+	}
+	return call, key, err
+}
+
+// benchLibrary is the function library the ceiling loads for its FCALL
+// of return 1 (Redis 7), named for this run; dropBenchFunctions deletes it.
+var (
+	benchLibrary = fmt.Sprintf("rlbench_%d_%d", os.Getpid(), time.Now().UnixNano())
+	benchLoaded  atomic.Bool
+)
+
+// loadBenchFunction loads benchLibrary, with one function returning 1, and
+// returns the function's name.
+func loadBenchFunction(ctx context.Context) (string, error) {
+	rdb, err := adminClient()
+	if err != nil {
+		return "", err
+	}
+	fn := benchLibrary + "_one"
+	src := "#!lua name=" + benchLibrary + "\nredis.register_function('" + fn + "', function() return 1 end)\n"
+	if err := rdb.FunctionLoadReplace(ctx, src).Err(); err != nil {
+		return "", err
+	}
+	benchLoaded.Store(true)
+	return fn, nil
+}
+
+// dropBenchFunctions deletes benchLibrary if this run loaded it.
+func dropBenchFunctions() error {
+	if !benchLoaded.Load() {
+		return nil
+	}
+	rdb, err := adminClient()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := decide(ctx, rdb, runPrefix+":capture"); err != nil {
-		return nil, err
+	if err := rdb.FunctionDelete(ctx, benchLibrary).Err(); err != nil {
+		return fmt.Errorf("FUNCTION DELETE %s: %w", benchLibrary, err)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.args) < 4 {
-		return nil, fmt.Errorf("no EVALSHA captured: %q", c.args)
-	}
-	return c.args, nil
-}
-
-// ceilingCalls are the script calls of one allowed decision of each
-// implementation, as captured from it.
-var ceilingCalls = []struct {
-	name   string
-	decide func(ctx context.Context, rdb *redis.Client, key string) error
-}{
-	{"our token bucket (plain)", func(ctx context.Context, rdb *redis.Client, key string) error {
-		l, err := core.New(rdb, core.WithBatching(1))
-		if err != nil {
-			return err
-		}
-		_, err = l.Allow(ctx, key, core.Limit{Rate: allowed.quota().rate, Period: allowed.quota().period})
-		return err
-	}},
-	{"redis_rate's GCRA", func(ctx context.Context, rdb *redis.Client, key string) error {
-		q := allowed.quota()
-		_, err := redis_rate.NewLimiter(rdb).Allow(ctx, key, redis_rate.Limit{Rate: q.rate, Burst: q.rate, Period: q.period})
-		return err
-	}},
-	{"ulule's fixed window", func(ctx context.Context, rdb *redis.Client, key string) error {
-		store, err := sredis.NewStoreWithOptions(rdb, limiter.StoreOptions{Prefix: "ulule"})
-		if err != nil {
-			return err
-		}
-		q := allowed.quota()
-		_, err = limiter.New(store, limiter.Rate{Period: q.period, Limit: int64(q.rate)}).Get(ctx, key)
-		return err
-	}},
+	benchLoaded.Store(false)
+	return nil
 }
 
 // ceiling is one redis-benchmark run: a command with 256 clients,
-// pipelined pipeline deep, its requests per second and the server's CPU per
-// request.
+// pipelined pipeline deep, its requests per second, the server's CPU per
+// request (NaN when unknown; note "*" when other clients' commands were in
+// the window) and the commandstats usec per script call.
 type ceiling struct {
 	what     string
 	ours     bool // our script (else a peer's, or return 1)
 	pipeline int
 	rps      float64
-	cpu      string
+	cpu      float64
+	note     string
+	script   float64
 }
 
 var rpsRe = regexp.MustCompile(`([0-9.]+) requests per second`)
@@ -128,111 +127,158 @@ func respLen(args []string) int64 {
 	return int64(n)
 }
 
-// ceilingRequests is how many calls each redis-benchmark run makes.
-const ceilingRequests = 100000
+// ceilingRequests is how many calls each redis-benchmark run makes: 100000
+// per second of BENCH_DURATION (so 100000 at the default 1s), at least
+// 10000.
+func ceilingRequests(d time.Duration) int {
+	return max(10000, int(100000*d.Seconds()))
+}
 
-// redisCeilings runs redis-benchmark against REDIS_URL's server: the
-// script call of one decision of ours (plain), of redis_rate and of ulule,
-// each as captured from the implementation, on 10000 random keys, and
-// EVALSHA of "return 1"; with 256 clients, pipelined 16 deep and not
-// pipelined. It calls then with each result. The Redis readings bracket
-// each run. It logs and does nothing when redis-benchmark is not
-// installed.
-func redisCeilings(t *testing.T, then func(ceiling)) {
-	path, err := exec.LookPath("redis-benchmark")
-	if err != nil {
-		t.Logf("redis-benchmark not found: no ceiling (%v)", err)
-		return
+// ceilingPipelines are the depths each command is sent at.
+var ceilingPipelines = []int{16, 1}
+
+// ceilingCommand is one command redis-benchmark sends.
+type ceilingCommand struct {
+	what    string
+	ours    bool
+	flags   []string // redis-benchmark's
+	args    []string // the command
+	pattern string   // the keys it writes, deleted after each run
+	// reload puts the script or function back in Redis, for a server whose
+	// cache another client flushed (SCRIPT FLUSH, FUNCTION FLUSH).
+	reload func() error
+}
+
+// ceilingCommands captures the script call of one decision of ours (plain),
+// of redis_rate and of ulule, each from the implementation (on Redis 7 ours
+// is an FCALL), with its keys on 10000 random keys of this run; then
+// EVALSHA of "return 1", and on Redis 7 FCALL of a function returning 1.
+func ceilingCommands(t *testing.T) []ceilingCommand {
+	var cmds []ceilingCommand
+	for i, c := range ceilingCalls {
+		call, placeholder, err := c.capture()
+		if err != nil {
+			t.Errorf("capturing %s: %v", c.name, err)
+			continue
+		}
+		rand := fmt.Sprintf("%s:rb%d:__rand_int__", runPrefix, i)
+		args := call.swap(placeholder, rand).strings()
+		t.Logf("%s: %s", c.name, strings.Join(args, " "))
+		recapture := c.capture // a decision of the implementation loads its script again
+		cmds = append(cmds, ceilingCommand{fmt.Sprintf("`%s`, %s, 10000 keys", strings.ToUpper(call.name()), c.name), c.ours,
+			[]string{"-r", "10000"}, args, fmt.Sprintf("*%s:rb%d:*", runPrefix, i), func() error { _, _, err := recapture(); return err }})
 	}
+	ctx := context.Background()
+	rdb, err := adminClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trivial, err := rdb.ScriptLoad(ctx, "return 1").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds = append(cmds, ceilingCommand{what: "`EVALSHA` of `return 1`", args: []string{"evalsha", trivial, "0"},
+		reload: func() error { return rdb.ScriptLoad(context.Background(), "return 1").Err() }})
+	if serverHasFunctions() {
+		fn, err := loadBenchFunction(ctx)
+		if err != nil {
+			t.Errorf("FUNCTION LOAD of return 1: %v", err)
+		} else {
+			cmds = append(cmds, ceilingCommand{what: "`FCALL` of a function returning 1", args: []string{"fcall", fn, "0"},
+				reload: func() error { _, err := loadBenchFunction(context.Background()); return err }})
+		}
+	}
+	return cmds
+}
+
+// redisCeiling runs redis-benchmark against REDIS_URL's server: c, n
+// times, with 256 clients, pipelined p deep, with the Redis readings
+// bracketing the run; then deletes the keys it wrote. ok is false (and t
+// has an error) when the run failed.
+func redisCeiling(t *testing.T, path string, c ceilingCommand, p, n int) (ceil ceiling, ok bool) {
 	opt, err := redis.ParseURL(redisURL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	host, port, _ := strings.Cut(opt.Addr, ":")
-	base := []string{"-h", host, "-p", port, "--dbnum", strconv.Itoa(opt.DB), "-q", "-n", strconv.Itoa(ceilingRequests), "-c", "256"}
+	args := []string{"-h", host, "-p", port, "--dbnum", strconv.Itoa(opt.DB), "-q", "-n", strconv.Itoa(n), "-c", "256"}
 	if opt.Password != "" {
-		base = append(base, "-a", opt.Password)
+		args = append(args, "-a", opt.Password)
 	}
-	type command struct {
-		what  string
-		ours  bool
-		flags []string // redis-benchmark's
-		args  []string // the command
-	}
-	var cmds []command
-	for i, c := range ceilingCalls {
-		args, err := captureEval(c.decide)
-		if err != nil {
-			t.Errorf("capturing %s: %v", c.name, err)
-			continue
+	args = append(append(append(args, "-P", strconv.Itoa(p)), c.flags...), c.args...)
+	var (
+		stdout bytes.Buffer
+		rd     redisDelta
+		rerr   error
+	)
+	for attempt := 0; ; attempt++ {
+		cmd := exec.Command(path, args...)
+		stdout.Reset()
+		cmd.Stdout, cmd.Stderr = &stdout, &stdout
+		win := redisWindow()
+		err = cmd.Run()
+		rd, rerr = win()
+		if c.pattern != "" {
+			if err := unlinkMatching(c.pattern); err != nil {
+				t.Logf("deleting %s: %v", c.pattern, err)
+			}
 		}
-		// Every key of the call on 10000 random keys of this run.
-		nkeys, _ := strconv.Atoi(args[2])
-		for k := 3; k < 3+nkeys && k < len(args); k++ {
-			args[k] = strings.ReplaceAll(args[k], runPrefix+":capture", fmt.Sprintf("%s:rb%d:__rand_int__", runPrefix, i))
+		out := stdout.String()
+		if err == nil || attempt > 0 || c.reload == nil || !strings.Contains(out, "NOSCRIPT") && !strings.Contains(out, "Function not found") {
+			break
 		}
-		t.Logf("%s: %s", c.name, strings.Join(args[2:], " "))
-		cmds = append(cmds, command{"`EVALSHA`, " + c.name + ", 10000 keys", i == 0, []string{"-r", "10000"}, args})
+		// Another client flushed the server's scripts or functions.
+		t.Logf("redis-benchmark %s: %s; loading it again and retrying", c.what, strings.TrimSpace(out))
+		if err := c.reload(); err != nil {
+			t.Errorf("loading %s again: %v", c.what, err)
+			return ceil, false
+		}
 	}
-	trivial, err := clientFor(t, "ceiling").rdb.ScriptLoad(context.Background(), "return 1").Result()
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("redis-benchmark %s: %v\n%s", strings.Join(args, " "), err, stdout.String())
+		return ceil, false
 	}
-	cmds = append(cmds, command{"`EVALSHA` of `return 1`", false, nil, []string{"evalsha", trivial, "0"}})
-	for _, c := range cmds {
-		for _, p := range []int{16, 1} {
-			args := append(append(append([]string{}, base...), "-P", strconv.Itoa(p)), c.flags...)
-			args = append(args, c.args...)
-			cmd := exec.Command(path, args...)
-			var stdout bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stdout
-			win := redisWindow()
-			err := cmd.Run()
-			rd, rerr := win()
-			if err != nil {
-				t.Errorf("redis-benchmark %s: %v\n%s", strings.Join(args, " "), err, stdout.String())
-				continue
-			}
-			m := rpsRe.FindAllStringSubmatch(stdout.String(), -1)
-			if m == nil {
-				t.Errorf("redis-benchmark %s: no requests per second in\n%s", strings.Join(args, " "), stdout.String())
-				continue
-			}
-			rps, _ := strconv.ParseFloat(m[len(m)-1][1], 64)
-			ceil := ceiling{what: fmt.Sprintf("redis-benchmark -c 256 -P %d, %s", p, c.what), ours: c.ours, pipeline: p, rps: rps, cpu: "n/a"}
-			if rerr == nil {
-				// redis-benchmark also sends a few CONFIG GETs: a trace.
-				ceil.cpu = fmt.Sprintf("%.2f", rd.cpu.Seconds()*1e6/ceilingRequests)
-				if rd.disturbed(ceilingRequests * respLen(c.args)) {
-					ceil.cpu += "*"
-				}
-			}
-			t.Logf("redis-benchmark %s: %.0f requests/s, Redis CPU %s µs each", strings.Join(args, " "), rps, ceil.cpu)
-			then(ceil)
+	m := rpsRe.FindAllStringSubmatch(stdout.String(), -1)
+	if m == nil {
+		t.Errorf("redis-benchmark %s: no requests per second in\n%s", strings.Join(args, " "), stdout.String())
+		return ceil, false
+	}
+	rps, _ := strconv.ParseFloat(m[len(m)-1][1], 64)
+	ceil = ceiling{what: fmt.Sprintf("redis-benchmark -c 256 -P %d, %s", p, c.what), ours: c.ours, pipeline: p, rps: rps,
+		cpu: math.NaN(), script: math.NaN()}
+	if rerr == nil {
+		// redis-benchmark also sends a few CONFIG GETs: a trace.
+		ceil.cpu = rd.cpu.Seconds() * 1e6 / float64(n)
+		ceil.script = rd.scripts.usecPerCall()
+		if rd.disturbed(int64(n)*respLen(c.args)) || rd.scripts.calls > int64(n) {
+			ceil.note = "*"
 		}
 	}
+	t.Logf("redis-benchmark %s: %.0f requests/s, Redis CPU %.2f%s µs each, commandstats %.2f µs per script call",
+		strings.Join(args, " "), rps, ceil.cpu, ceil.note, ceil.script)
+	return ceil, true
 }
 
-// TestOneCallScript checks that oneCallScript and tokenBucketArgs, which
-// go-redis alone runs, are the script call core makes for one plain
-// decision.
-func TestOneCallScript(t *testing.T) {
+// TestCeilingReload checks that a redis-benchmark run of a call Redis no
+// longer has (another client flushed its functions) loads it again and
+// retries: an FCALL of the bench's own function, before it is loaded.
+func TestCeilingReload(t *testing.T) {
 	needRedis(t)
-	args, err := captureEval(ceilingCalls[0].decide)
+	path, err := exec.LookPath("redis-benchmark")
 	if err != nil {
+		t.Skipf("no redis-benchmark: %v", err)
+	}
+	if !serverHasFunctions() {
+		t.Skipf("Redis %s has no functions", redisVersion())
+	}
+	if err := dropBenchFunctions(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = unlinkMatching("*" + runPrefix + ":capture*") }()
-	src, err := oneCallScript(core.TokenBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha1.Sum([]byte(src))
-	want := []string{"evalsha", hex.EncodeToString(sum[:]), "1", tokenBucketKey(runPrefix + ":capture")}
-	for _, a := range tokenBucketArgs(allowed.quota()) {
-		want = append(want, fmt.Sprint(a))
-	}
-	if strings.Join(args, " ") != strings.Join(want, " ") {
-		t.Errorf("core sends\n\t%q\nthe bench's copy is\n\t%q", args, want)
+	defer func() { _ = dropBenchFunctions() }()
+	c := ceilingCommand{what: "`FCALL` of a function returning 1", args: []string{"fcall", benchLibrary + "_one", "0"},
+		reload: func() error { _, err := loadBenchFunction(context.Background()); return err }}
+	ceil, ok := redisCeiling(t, path, c, 1, 1000)
+	if !ok || !(ceil.rps > 0) || !benchLoaded.Load() {
+		t.Errorf("redisCeiling = %+v, %v; loaded %v", ceil, ok, benchLoaded.Load())
 	}
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -72,29 +73,84 @@ func needRedis(tb testing.TB) {
 	}
 }
 
-// counter is a go-redis hook that counts commands sent to Redis and round
-// trips (a pipeline of any length is one).
+// counter is the go-redis hook of every bench client: it counts the
+// commands sent to Redis and the round trips (a pipeline of any length is
+// one), tells whether a command is in flight (see quiesce), and records
+// the script calls made under a capturing context (see captureOne). The
+// hook is the same on every client, so it costs every contender alike:
+// two atomic adds and an atomic load per command.
 type counter struct {
-	cmds  atomic.Int64
-	trips atomic.Int64
+	started, finished atomic.Int64 // single commands
+	piped, pipes      atomic.Int64 // commands in pipelines, and pipelines
+	pipesDone         atomic.Int64
+}
+
+// cmds is how many commands the client has sent; trips, in how many round
+// trips.
+func (c *counter) cmds() int64  { return c.started.Load() + c.piped.Load() }
+func (c *counter) trips() int64 { return c.started.Load() + c.pipes.Load() }
+
+// busy is how many commands or pipelines are in flight.
+func (c *counter) busy() int64 {
+	return c.started.Load() - c.finished.Load() + c.pipes.Load() - c.pipesDone.Load()
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.cmds.Add(1)
-		c.trips.Add(1)
-		return next(ctx, cmd)
+		c.started.Add(1)
+		err := next(ctx, cmd)
+		c.finished.Add(1)
+		if capturing.Load() > 0 {
+			record(ctx, cmd, err)
+		}
+		return err
 	}
 }
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.cmds.Add(int64(len(cmds)))
-		c.trips.Add(1)
-		return next(ctx, cmds)
+		c.piped.Add(int64(len(cmds)))
+		c.pipes.Add(1)
+		err := next(ctx, cmds)
+		c.pipesDone.Add(1)
+		if capturing.Load() > 0 {
+			for _, cmd := range cmds {
+				record(ctx, cmd, cmd.Err())
+			}
+		}
+		return err
 	}
+}
+
+// Quiet periods (see quiesce).
+const (
+	quietFor = 50 * time.Millisecond
+	quietMax = 5 * time.Second
+)
+
+// quiesce waits until the client has had no command in flight and has
+// started none for quietFor, for at most quietMax, and reports whether it
+// got there. Called once a cell's deciders have all returned, it waits out
+// the background work a Limiter starts on its own (the health check's
+// INFOs, FUNCTION LOAD: at New, and again on every connection the pool
+// opens while priming), so that none of it lands in the measured window.
+// It waits the same way for every contender.
+func (c *counter) quiesce() bool {
+	deadline := time.Now().Add(quietMax)
+	last, since := c.cmds(), time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+		if n := c.cmds(); n != last || c.busy() != 0 {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) >= quietFor {
+			return true
+		}
+	}
+	return false
 }
 
 type client struct {
@@ -107,28 +163,47 @@ var (
 	clients   = map[string]client{}
 )
 
-// clientFor returns the client of one implementation (one per name, kept
-// for the whole run, so pools and counters are not shared between peers).
-// ContextTimeoutEnabled is set, and the pool is big enough for 256
-// goroutines that each hold a connection.
-func clientFor(tb testing.TB, name string) client {
-	tb.Helper()
-	clientsMu.Lock()
-	defer clientsMu.Unlock()
-	if c, ok := clients[name]; ok {
-		return c
-	}
+// clientOptions are the options of every contender's client: the same for
+// all (TestClientOptions checks it). ContextTimeoutEnabled is set, and the
+// pool is big enough for 256 goroutines that each hold a connection.
+func clientOptions() (*redis.Options, error) {
 	opt, err := redis.ParseURL(redisURL())
 	if err != nil {
-		tb.Fatalf("REDIS_URL=%q: %v", redisURL(), err)
+		return nil, fmt.Errorf("REDIS_URL=%q: %w", redisURL(), err)
 	}
 	opt.ContextTimeoutEnabled = true
 	opt.PoolSize = 320
 	opt.PoolTimeout = 5 * time.Second
 	countWrites(opt)
+	return opt, nil
+}
+
+// clientNamed returns the client of one implementation (one per name, kept
+// for the whole run, so pools and counters are not shared between peers),
+// made with clientOptions and the counter hook.
+func clientNamed(name string) (client, error) {
+	clientsMu.Lock()
+	defer clientsMu.Unlock()
+	if c, ok := clients[name]; ok {
+		return c, nil
+	}
+	opt, err := clientOptions()
+	if err != nil {
+		return client{}, err
+	}
 	c := client{rdb: redis.NewClient(opt), ctr: &counter{}}
 	c.rdb.AddHook(c.ctr)
 	clients[name] = c
+	return c, nil
+}
+
+// clientFor is clientNamed, failing tb on an error.
+func clientFor(tb testing.TB, name string) client {
+	tb.Helper()
+	c, err := clientNamed(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return c
 }
 
@@ -144,18 +219,43 @@ func cleanup() error {
 	if redisErr != nil {
 		return nil
 	}
-	return unlinkMatching("*" + runPrefix + "*")
+	err := errors.Join(unlinkMatching("*"+runPrefix+"*"), dropBenchFunctions())
+	if adminRDB != nil {
+		_ = adminRDB.Close()
+	}
+	return err
 }
 
-// unlinkMatching deletes the keys that match pattern, with a client of its
-// own (so no contender's counters see it).
+var (
+	adminOnce sync.Once
+	adminRDB  *redis.Client
+	adminErr  error
+)
+
+// adminClient is a client of its own for deleting keys and loading
+// things, so that no contender's counters see its commands. It counts what
+// it writes, like every client of the process.
+func adminClient() (*redis.Client, error) {
+	adminOnce.Do(func() {
+		opt, err := redis.ParseURL(redisURL())
+		if err != nil {
+			adminErr = err
+			return
+		}
+		opt.PoolSize = 4
+		countWrites(opt)
+		adminRDB = redis.NewClient(opt)
+	})
+	return adminRDB, adminErr
+}
+
+// unlinkMatching deletes the keys that match pattern (SCAN, then UNLINK),
+// with the admin client.
 func unlinkMatching(pattern string) error {
-	opt, err := redis.ParseURL(redisURL())
+	rdb, err := adminClient()
 	if err != nil {
 		return err
 	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	iter := rdb.Scan(ctx, 0, pattern, 1000).Iterator()
@@ -180,6 +280,20 @@ func unlinkMatching(pattern string) error {
 		return err
 	}
 	return flush()
+}
+
+// unlinkKeys deletes exactly keys, with the admin client.
+func unlinkKeys(keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	rdb, err := adminClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return rdb.Unlink(ctx, keys...).Err()
 }
 
 func TestMain(m *testing.M) {
@@ -286,6 +400,17 @@ func (s *stats) redisCPUPerOp() float64 {
 	return s.redis.cpu.Seconds() * 1e6 / float64(s.ops)
 }
 
+// scriptPerOp is the time Redis spent executing script calls (FCALL,
+// EVALSHA, EVAL: INFO commandstats' usec, which includes the commands a
+// script runs) per decision over the measured window, in µs; NaN when it
+// could not be read.
+func (s *stats) scriptPerOp() float64 {
+	if s.redisErr != nil || s.ops == 0 {
+		return math.NaN()
+	}
+	return float64(s.redis.scripts.usec) / float64(s.ops)
+}
+
 // cpuNote marks a Redis CPU reading that other clients' commands disturbed
 // (see redisDelta.disturbed): it includes their work too.
 func (s *stats) cpuNote() string {
@@ -293,6 +418,25 @@ func (s *stats) cpuNote() string {
 		return "*"
 	}
 	return ""
+}
+
+// scriptNote marks a commandstats reading that includes other clients'
+// script calls: Redis ran more of them in the window than this client
+// sent commands, or other clients' bytes disturbed the window.
+func (s *stats) scriptNote() string {
+	if s.redisErr == nil && (s.redis.scripts.calls > s.cmds || s.redis.disturbed(0)) {
+		return "*"
+	}
+	return ""
+}
+
+// form is the script command the window's decisions reached Redis with:
+// "FCALL", "EVALSHA", "EVAL", several of them joined by "+", or "none".
+func (s *stats) form() string {
+	if s.redisErr != nil {
+		return "?"
+	}
+	return s.redis.scripts.form()
 }
 
 // worker is one goroutine's tallies, padded so neighbours do not share a
@@ -365,10 +509,6 @@ func run(g int, maxOps int64, maxDur time.Duration, nkeys int, d decider, ctr *c
 			}
 		}(w)
 	}
-	var timer *time.Timer
-	if maxDur > 0 {
-		timer = time.AfterFunc(maxDur, func() { halt.Store(true) })
-	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -377,9 +517,16 @@ func run(g int, maxOps int64, maxDur time.Duration, nkeys int, d decider, ctr *c
 	// second, so Redis did no work of ours in between but the measured
 	// decisions and the readings' own INFO.
 	win := redisWindow()
-	cmds0, trips0 := ctr.cmds.Load(), ctr.trips.Load()
+	cmds0, trips0 := ctr.cmds(), ctr.trips()
 	if start != nil {
 		start()
+	}
+	// The time bound starts with the window (not before the GC and the
+	// readings above, which on a loaded machine can take longer than a
+	// short window).
+	var timer *time.Timer
+	if maxDur > 0 {
+		timer = time.AfterFunc(maxDur, func() { halt.Store(true) })
 	}
 	t0 := time.Now()
 	close(startCh)
@@ -388,7 +535,7 @@ func run(g int, maxOps int64, maxDur time.Duration, nkeys int, d decider, ctr *c
 	if stop != nil {
 		stop()
 	}
-	cmds, trips := ctr.cmds.Load()-cmds0, ctr.trips.Load()-trips0
+	cmds, trips := ctr.cmds()-cmds0, ctr.trips()-trips0
 	rd, rerr := win()
 	runtime.ReadMemStats(&after)
 	if timer != nil {
@@ -451,6 +598,7 @@ func report(b *testing.B, s *stats) {
 	b.ReportMetric(s.opsPerSec(), "ops/s")
 	if s.redisErr == nil {
 		b.ReportMetric(s.redisCPUPerOp(), "redis-cpu-µs/op")
+		b.ReportMetric(s.scriptPerOp(), "script-µs/op")
 		if s.redis.disturbed(0) {
 			b.ReportMetric(float64(s.redis.foreign(0)), "redis-foreign-B")
 		}

@@ -17,7 +17,7 @@ import (
 func init() {
 	gin.SetMode(gin.ReleaseMode)
 	httpApps = append(httpApps,
-		httpApp{"gin", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
+		httpApp{"gin", "gin", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
 			r := gin.New()
 			if p != nil {
 				r.Use(ginlimit.New(p))
@@ -25,7 +25,7 @@ func init() {
 			r.GET("/hello", func(c *gin.Context) { c.Data(http.StatusOK, "text/plain", hello) })
 			return httptestStart(r)
 		}},
-		httpApp{"echo", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
+		httpApp{"echo", "echo", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
 			e := echo.New()
 			if p != nil {
 				e.Use(echolimit.New(p))
@@ -33,7 +33,7 @@ func init() {
 			e.GET("/hello", func(c echo.Context) error { return c.Blob(http.StatusOK, "text/plain", hello) })
 			return httptestStart(e)
 		}},
-		httpApp{"fiber", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
+		httpApp{"fiber", "fiber", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
 			app := fiber.New(fiber.Config{DisableStartupMessage: true})
 			if p != nil {
 				app.Use(fiberlimit.New(fiberlimit.Config{Policy: p}))

@@ -32,8 +32,8 @@ func helloHandler(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(hello
 // middleware serving p. start serves it on 127.0.0.1 and returns its URL
 // and a stop function.
 type httpApp struct {
-	name  string
-	start func(tb testing.TB, p *httplimit.Policy) (url string, stop func())
+	name, benchName string // in the table; in benchmark names (app=<it>)
+	start           func(tb testing.TB, p *httplimit.Policy) (url string, stop func())
 }
 
 func httptestStart(h http.Handler) (string, func()) {
@@ -42,7 +42,7 @@ func httptestStart(h http.Handler) (string, func()) {
 }
 
 var httpApps = []httpApp{
-	{"net/http", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
+	{"net/http", "nethttp", func(tb testing.TB, p *httplimit.Policy) (string, func()) {
 		var h http.Handler = http.HandlerFunc(helloHandler)
 		if p != nil {
 			h = nethttplimit.New(p)(h)
@@ -84,8 +84,9 @@ func modesOf(app httpApp) []httpMode {
 }
 
 // httpPolicy returns the Policy of mode (nil for bare), the client its
-// Limiter uses (for its counters), and a function that deletes the keys it
-// wrote. Its keys carry a prefix unique to the call.
+// Limiter uses (for its counters), and a function that closes the Limiter
+// and deletes the keys it wrote. Its keys carry a prefix unique to the
+// call.
 func httpPolicy(tb testing.TB, mode httpMode) (*httplimit.Policy, client, func()) {
 	tb.Helper()
 	if mode.bare() {
@@ -102,6 +103,7 @@ func httpPolicy(tb testing.TB, mode httpMode) (*httplimit.Policy, client, func()
 		tb.Fatalf("%s: %v", mode.name, err)
 	}
 	return p, c, func() {
+		_ = l.Close()
 		if err := unlinkMatching(prefix + ":*"); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: deleting %s:*: %v\n", prefix, err)
 		}
@@ -160,8 +162,9 @@ type httpRun struct {
 	redisErr  error
 }
 
-// httpMeasure serves app in mode, opens the connections, then loads it for
-// maxReq requests or maxDur, with the Redis readings bracketing the load.
+// httpMeasure serves app in mode, opens the connections, waits until the
+// Limiter's client is quiet (see quiesce), then loads it for maxReq
+// requests or maxDur, with the Redis readings bracketing the load.
 // start and stop, if set, are called right around the load (b.ResetTimer,
 // b.StopTimer).
 func httpMeasure(tb testing.TB, app httpApp, mode httpMode, maxReq int64, maxDur time.Duration, start, stop func()) httpRun {
@@ -171,8 +174,11 @@ func httpMeasure(tb testing.TB, app httpApp, mode httpMode, maxReq int64, maxDur
 	url, halt := app.start(tb, p)
 	defer halt()
 	httpLoad(url, httpConns, 4*httpConns, 0) // open the connections
+	if !c.ctr.quiesce() {
+		tb.Logf("%s %s: the client did not go quiet for %v within %v: background work may be in the window", app.name, mode.name, quietFor, quietMax)
+	}
 	win := redisWindow()
-	cmds0 := c.ctr.cmds.Load()
+	cmds0 := c.ctr.cmds()
 	if start != nil {
 		start()
 	}
@@ -181,18 +187,19 @@ func httpMeasure(tb testing.TB, app httpApp, mode httpMode, maxReq int64, maxDur
 	if stop != nil {
 		stop()
 	}
-	r.cmds = c.ctr.cmds.Load() - cmds0
+	r.cmds = c.ctr.cmds() - cmds0
 	r.redis, r.redisErr = win()
 	return r
 }
 
 // BenchmarkHTTP is requests per second of a hello-world app, bare and
-// behind our middleware, over 64 keep-alive connections on loopback.
+// behind our middleware, over 64 keep-alive connections on loopback:
+// BenchmarkHTTP/app=<nethttp|gin|echo|fiber>/mode=<bare|limited|...>.
 func BenchmarkHTTP(b *testing.B) {
 	needRedis(b)
 	for _, app := range httpApps {
 		for _, mode := range modesOf(app) {
-			b.Run(app.name+"/"+mode.name, func(b *testing.B) {
+			b.Run("app="+app.benchName+"/mode="+mode.name, func(b *testing.B) {
 				b.ReportAllocs()
 				r := httpMeasure(b, app, mode, int64(b.N), 0, b.ResetTimer, b.StopTimer)
 				b.ReportMetric(float64(r.done)/r.elapsed.Seconds(), "req/s")

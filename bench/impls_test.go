@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +41,11 @@ func (t traffic) String() string {
 	return [...]string{"allowed", "denied", "abusive-1000/s", "abusive-100/s"}[t]
 }
 
+// benchName is t without a slash: allowed, denied, abusive1000, abusive100.
+func (t traffic) benchName() string {
+	return [...]string{"allowed", "denied", "abusive1000", "abusive100"}[t]
+}
+
 func (t traffic) quota() quota {
 	switch t {
 	case denied:
@@ -63,6 +68,12 @@ func (s scenario) String() string {
 	return fmt.Sprintf("g=%d/keys=%d/%s", s.g, s.keys, s.traffic)
 }
 
+// benchName is s in benchmark names, every part key=value (for
+// benchstat's /g, /keys and /traffic).
+func (s scenario) benchName() string {
+	return fmt.Sprintf("g=%d/keys=%d/traffic=%s", s.g, s.keys, s.traffic.benchName())
+}
+
 // matrix is every scenario the issue asks for.
 var matrix = func() []scenario {
 	var m []scenario
@@ -77,11 +88,15 @@ var matrix = func() []scenario {
 }()
 
 // impl is one rate limiter under test. make returns its decider for keys
-// under q; client names the go-redis client (pool and call counter) it uses.
+// under q, and what releases it (a Limiter's Close); client names the
+// go-redis client (pool and call counter) it uses.
 type impl struct {
 	name, client string
-	make         func(rdb *redis.Client, q quota, keys []string) (decider, error)
+	make         func(rdb *redis.Client, q quota, keys []string) (d decider, release func(), err error)
 }
+
+// benchName is im's name in benchmark names: impl=<it>.
+func (im impl) benchName() string { return strings.ReplaceAll(im.name, "/", "-") }
 
 // benchTimeout replaces core's default timeout (50ms): at 256 goroutines on
 // a shared 2-core machine a queued decision can take longer, and a timeout
@@ -89,34 +104,46 @@ type impl struct {
 // with a deadline) is the same.
 const benchTimeout = time.Second
 
-// newLimiter is core.New with the bench's timeout, after the Limiter's
-// first background health check (an INFO) is done, so that it does not
-// land in a measured window.
+// newLimiter is core.New with the bench's timeout, once the Limiter's
+// background work at New is done: its first health check (INFO) has
+// answered, and its decisions reach Redis in their settled form (FCALL of
+// its library on Redis 7, once the background FUNCTION LOAD is through;
+// see awaitForm). What the pool's new connections start later is waited
+// out after priming (see setup).
 func newLimiter(rdb *redis.Client, opts ...core.Option) (*core.Limiter, error) {
 	l, err := core.New(rdb, append([]core.Option{core.WithTimeout(benchTimeout)}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
-	for deadline := time.Now().Add(2 * time.Second); l.Health().Checked.IsZero() && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
+	for deadline := time.Now().Add(quietMax); l.Health().Checked.IsZero(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = l.Close()
+			return nil, fmt.Errorf("no health check %v after core.New", quietMax)
+		}
 	}
+	c, err := awaitForm(l)
+	if err != nil {
+		_ = l.Close()
+		return nil, err
+	}
+	noteForm(c)
 	return l, nil
 }
 
 func ours(name, client string, alg core.Algorithm, opts ...core.Option) impl {
-	return impl{name: name, client: client, make: func(rdb *redis.Client, q quota, keys []string) (decider, error) {
-		l, err := newLimiter(rdb, opts...)
-		if err != nil {
-			return nil, err
-		}
+	return impl{name: name, client: client, make: func(rdb *redis.Client, q quota, keys []string) (decider, func(), error) {
 		lim := core.Limit{Algorithm: alg, Rate: q.rate, Period: q.period}
 		if err := lim.Validate(); err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		l, err := newLimiter(rdb, opts...)
+		if err != nil {
+			return nil, nil, err
 		}
 		return func(ctx context.Context, i int) (bool, error) {
 			r, err := l.Allow(ctx, keys[i], lim)
 			return r.Allowed, err
-		}, nil
+		}, func() { _ = l.Close() }, nil
 	}}
 }
 
@@ -130,6 +157,9 @@ var (
 	// oursPDC is the plain client with the deny cache: the deny cache
 	// table's reference, one Redis call per decision it does not answer.
 	oursPDC = ours("ours/plain+denycache", "ours-plain-dc", core.TokenBucket, core.WithBatching(1), core.WithDenyCache(1<<17))
+	// oursFW is the default Limiter on a fixed window: ulule's algorithm,
+	// the targets' comparison with it.
+	oursFW  = ours("ours/fixed_window", "ours-fw", core.FixedWindow)
 	oursAll = []impl{oursPlain, oursBatched, oursBDC}
 )
 
@@ -145,7 +175,7 @@ var algorithms = []core.Algorithm{core.TokenBucket, core.SlidingWindow, core.Sli
 
 // redisRate is go-redis/redis_rate v10 (GCRA), Allow with the same quota
 // (PerSecond(n) is Limit{Rate: n, Burst: n, Period: time.Second}).
-var redisRate = impl{name: "redis_rate", client: "redis_rate", make: func(rdb *redis.Client, q quota, keys []string) (decider, error) {
+var redisRate = impl{name: "redis_rate", client: "redis_rate", make: func(rdb *redis.Client, q quota, keys []string) (decider, func(), error) {
 	rl := redis_rate.NewLimiter(rdb)
 	lim := redis_rate.Limit{Rate: q.rate, Burst: q.rate, Period: q.period}
 	return func(ctx context.Context, i int) (bool, error) {
@@ -154,95 +184,80 @@ var redisRate = impl{name: "redis_rate", client: "redis_rate", make: func(rdb *r
 			return false, err
 		}
 		return r.Allowed > 0, nil
-	}, nil
+	}, func() {}, nil
 }}
 
 // ulule is ulule/limiter v3 with its Redis store (a fixed window), Get.
-var ulule = impl{name: "ulule", client: "ulule", make: func(rdb *redis.Client, q quota, keys []string) (decider, error) {
+var ulule = impl{name: "ulule", client: "ulule", make: func(rdb *redis.Client, q quota, keys []string) (decider, func(), error) {
 	store, err := sredis.NewStoreWithOptions(rdb, limiter.StoreOptions{Prefix: "ulule"})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l := limiter.New(store, limiter.Rate{Period: q.period, Limit: int64(q.rate)})
 	return func(ctx context.Context, i int) (bool, error) {
 		c, err := l.Get(ctx, keys[i])
 		return !c.Reached, err
-	}, nil
+	}, func() {}, nil
 }}
 
-// goredis is the floor under our token bucket: the script one plain
-// decision runs (see oneCallScript), through go-redis' Script.Run (EVALSHA)
-// with keys and arguments built beforehand, so every allocation it reports
-// is go-redis' own. Our allocs/op minus this one is what the core adds.
-var goredis = impl{name: "goredis_evalsha", client: "goredis", make: func(rdb *redis.Client, q quota, keys []string) (decider, error) {
-	src, err := oneCallScript(core.TokenBucket)
+// goredis is the floor under our token bucket: the call one plain
+// decision makes, captured from a real Limiter for the cell's quota (see
+// captureOurs: an FCALL of its library on Redis 7, an EVALSHA elsewhere),
+// replayed through go-redis alone with each key swapped in and the
+// arguments built beforehand: the same go-redis method core calls
+// (FCall, EvalSha; Do for any other command), so every allocation it
+// reports is go-redis' own. Our allocs/op minus this one is what the core
+// adds. TestOneCallScript checks the replay against a fresh capture.
+var goredis = impl{name: "goredis", client: "goredis", make: func(rdb *redis.Client, q quota, keys []string) (decider, func(), error) {
+	call, placeholder, err := captureOurs(core.Limit{Rate: q.rate, Period: q.period}, core.WithBatching(1))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	script := redis.NewScript(src)
+	calls := make([]scriptCall, len(keys))
 	rkeys := make([][]string, len(keys))
+	tails := make([][]any, len(keys))
 	for i, k := range keys {
-		rkeys[i] = []string{tokenBucketKey(k)}
+		calls[i] = call.swap(placeholder, k)
+		rkeys[i], tails[i] = calls[i].keys(), calls[i].tail()
 	}
-	args := tokenBucketArgs(q)
+	target := call.target()
+	var do func(ctx context.Context, i int) *redis.Cmd
+	switch call.name() {
+	case "fcall":
+		do = func(ctx context.Context, i int) *redis.Cmd { return rdb.FCall(ctx, target, rkeys[i], tails[i]...) }
+	case "evalsha":
+		do = func(ctx context.Context, i int) *redis.Cmd { return rdb.EvalSha(ctx, target, rkeys[i], tails[i]...) }
+	default:
+		do = func(ctx context.Context, i int) *redis.Cmd { return rdb.Do(ctx, calls[i].args...) }
+	}
 	return func(ctx context.Context, i int) (bool, error) {
-		v, err := script.Run(ctx, rdb, rkeys[i], args...).Int64Slice()
+		v, err := do(ctx, i).Result()
 		if err != nil {
 			return false, err
 		}
-		return len(v) > 0 && v[0] > 0, nil
-	}, nil
+		// The driver's reply: the clock, then per request granted,
+		// remaining, retry_after, reset_after, delay (core/scripts/driver.lua).
+		vals, ok := v.([]any)
+		if !ok || len(vals) < 6 {
+			return false, fmt.Errorf("goredis: reply %v, want the clock and 5 integers", v)
+		}
+		granted, ok := vals[1].(int64)
+		if !ok {
+			return false, fmt.Errorf("goredis: reply %v, want integers", v)
+		}
+		return granted > 0, nil
+	}, func() {}, nil
 }}
 
-// oneCallScript is the script core runs for one decision under alg, built
-// from core/scripts as core/scripts.go builds it: the prelude, the
-// algorithm's script, then the batch driver, which a lone decision goes
-// through with one request.
-func oneCallScript(alg core.Algorithm) (string, error) {
-	read := func(name string) (string, error) {
-		b, err := os.ReadFile("../core/scripts/" + name + ".lua")
-		return string(b), err
-	}
-	prelude, err := read("prelude")
-	if err != nil {
-		return "", err
-	}
-	body, err := read(alg.String())
-	if err != nil {
-		return "", err
-	}
-	batch, err := read("batch")
-	if err != nil {
-		return "", err
-	}
-	return prelude + "do\n" + body + "\nend\nlocal A = algorithms[" + strconv.Itoa(int(alg)+1) + "]\n" + batch, nil
-}
-
-// tokenBucketKey is the Redis key core keeps a token bucket in, for a key
-// without braces (core/rediskey.go, core/algorithm.go).
-func tokenBucketKey(k string) string { return "ratelimit:{" + k + "}:tb2" }
-
-// tokenBucketArgs is the ARGV core sends for one decision of cost 1 on a
-// token bucket of q (core/scripts/token_bucket.lua, batch.lua): the
-// period in µs and the rate, both divided by their gcd, the capacity; then
-// one request: 1, n = 1, mode CONSUME (0).
-func tokenBucketArgs(q quota) []any {
-	period, rate := q.period.Microseconds(), int64(q.rate)
-	a, b := period, rate
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return []any{period / a, rate / a, int64(q.rate), 1, 1, 0}
-}
-
-// setup makes im's decider for s on fresh keys and primes it (see prime).
-// done deletes the keys it wrote, so that they neither expire nor weigh on
+// setup makes im's decider for s on fresh keys, primes it (see prime) and
+// waits until its client is quiet (see quiesce). done releases the decider
+// and deletes the keys it wrote, so that they neither expire nor weigh on
 // Redis during a later measurement.
 func setup(tb testing.TB, im impl, s scenario) (d decider, c client, done func()) {
 	tb.Helper()
 	c = clientFor(tb, im.client)
 	keys, pattern := keySet(s.keys)
-	d, err := im.make(c.rdb, s.traffic.quota(), keys)
+	d, release, err := im.make(c.rdb, s.traffic.quota(), keys)
 	if err != nil {
 		tb.Fatalf("%s: %v", im.name, err)
 	}
@@ -251,7 +266,11 @@ func setup(tb testing.TB, im impl, s scenario) (d decider, c client, done func()
 		passes = 2
 	}
 	prime(s.g, s.keys, passes, d)
+	if !c.ctr.quiesce() {
+		tb.Logf("%s %s: the client did not go quiet for %v within %v after priming: background work may be in the window", im.name, s, quietFor, quietMax)
+	}
 	return d, c, func() {
+		release()
 		if err := unlinkMatching(pattern); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: deleting %s: %v\n", pattern, err)
 		}

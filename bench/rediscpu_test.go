@@ -61,9 +61,49 @@ func countWrites(opt *redis.Options) {
 
 // redisSample is one INFO reading, and what this process had sent by then.
 type redisSample struct {
-	cpu   time.Duration // used_cpu_user + used_cpu_sys
-	netIn int64         // total_net_input_bytes
-	sent  int64         // sentBytes
+	cpu     time.Duration // used_cpu_user + used_cpu_sys
+	netIn   int64         // total_net_input_bytes
+	sent    int64         // sentBytes
+	scripts scriptStats   // INFO commandstats, the script commands
+}
+
+// scriptStats sums INFO commandstats over the commands that run a script
+// or a function: calls and usec (time spent executing them, the commands
+// the script runs included) of fcall, fcall_ro, evalsha, evalsha_ro, eval
+// and eval_ro; and the calls of each form.
+type scriptStats struct {
+	calls, usec          int64
+	fcall, evalsha, eval int64 // calls, _ro variants included
+}
+
+func (a scriptStats) minus(b scriptStats) scriptStats {
+	return scriptStats{a.calls - b.calls, a.usec - b.usec, a.fcall - b.fcall, a.evalsha - b.evalsha, a.eval - b.eval}
+}
+
+// usecPerCall is commandstats' usec_per_call over the calls counted.
+func (a scriptStats) usecPerCall() float64 {
+	if a.calls <= 0 {
+		return math.NaN()
+	}
+	return float64(a.usec) / float64(a.calls)
+}
+
+// form names the script commands called: "FCALL", "EVALSHA", "EVAL", or
+// several joined by "+"; "none" when there were none.
+func (a scriptStats) form() string {
+	var f []string
+	for _, c := range []struct {
+		name  string
+		calls int64
+	}{{"FCALL", a.fcall}, {"EVALSHA", a.evalsha}, {"EVAL", a.eval}} {
+		if c.calls > 0 {
+			f = append(f, c.name)
+		}
+	}
+	if len(f) == 0 {
+		return "none"
+	}
+	return strings.Join(f, "+")
 }
 
 // redisDelta is what the server did between two readings.
@@ -73,6 +113,9 @@ type redisDelta struct {
 	// process wrote to it (the closing INFO command included on both
 	// sides).
 	netIn, sent int64
+	// scripts is what INFO commandstats counted of script calls, from
+	// every client (diffed: the bench never resets the server's stats).
+	scripts scriptStats
 }
 
 // foreign is how many bytes the server read from other clients; extra is
@@ -127,13 +170,13 @@ func sampleRedis() (redisSample, error) {
 	defer cancel()
 	var text string
 	if !infoAll.Load() {
-		text, err = rdb.Info(ctx, "cpu", "stats").Result()
+		text, err = rdb.Info(ctx, "cpu", "stats", "commandstats").Result()
 		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			infoAll.Store(true)
 		}
 	}
 	if infoAll.Load() {
-		text, err = rdb.Info(ctx).Result()
+		text, err = rdb.Info(ctx, "all").Result()
 	}
 	if err != nil {
 		return redisSample{}, fmt.Errorf("INFO: %w", err)
@@ -144,7 +187,8 @@ func sampleRedis() (redisSample, error) {
 }
 
 // parseInfo reads used_cpu_user, used_cpu_sys and total_net_input_bytes
-// from INFO's text.
+// from INFO's text, and the script commands' commandstats
+// ("cmdstat_fcall:calls=3,usec=30,usec_per_call=10.00,...").
 func parseInfo(text string) (redisSample, error) {
 	var (
 		s         redisSample
@@ -165,6 +209,19 @@ func parseInfo(text string) (redisSample, error) {
 		case "total_net_input_bytes":
 			s.netIn, err = strconv.ParseInt(v, 10, 64)
 			haveIn = err == nil
+		case "cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_evalsha_ro", "cmdstat_eval", "cmdstat_eval_ro":
+			var calls, usec int64
+			calls, usec, err = parseCmdstat(v)
+			s.scripts.calls += calls
+			s.scripts.usec += usec
+			switch strings.TrimSuffix(strings.TrimPrefix(k, "cmdstat_"), "_ro") {
+			case "fcall":
+				s.scripts.fcall += calls
+			case "evalsha":
+				s.scripts.evalsha += calls
+			default:
+				s.scripts.eval += calls
+			}
 		}
 		if err != nil {
 			return redisSample{}, fmt.Errorf("INFO %s: %w", k, err)
@@ -175,6 +232,29 @@ func parseInfo(text string) (redisSample, error) {
 	}
 	s.cpu = time.Duration(math.Round((user + sys) * 1e9))
 	return s, nil
+}
+
+// parseCmdstat reads calls and usec from a commandstats value.
+func parseCmdstat(v string) (calls, usec int64, err error) {
+	var haveCalls, haveUsec bool
+	for _, f := range strings.Split(v, ",") {
+		name, val, _ := strings.Cut(f, "=")
+		switch name {
+		case "calls":
+			calls, err = strconv.ParseInt(val, 10, 64)
+			haveCalls = err == nil
+		case "usec":
+			usec, err = strconv.ParseInt(val, 10, 64)
+			haveUsec = err == nil
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	if !haveCalls || !haveUsec {
+		return 0, 0, fmt.Errorf("no calls or usec in %q", v)
+	}
+	return calls, usec, nil
 }
 
 // redisWindow takes the opening reading of a window; the function it
@@ -190,7 +270,8 @@ func redisWindow() func() (redisDelta, error) {
 		if err != nil {
 			return redisDelta{}, err
 		}
-		return redisDelta{cpu: after.cpu - before.cpu, netIn: after.netIn - before.netIn, sent: after.sent - before.sent}, nil
+		return redisDelta{cpu: after.cpu - before.cpu, netIn: after.netIn - before.netIn, sent: after.sent - before.sent,
+			scripts: after.scripts.minus(before.scripts)}, nil
 	}
 }
 
@@ -210,13 +291,26 @@ func redisIdle(d time.Duration) (cpuPerSec time.Duration, foreign int64, err err
 
 func TestParseInfo(t *testing.T) {
 	text := "# CPU\r\nused_cpu_sys:37.219765\r\nused_cpu_user:238.916365\r\nused_cpu_sys_children:0.000000\r\n" +
-		"used_cpu_user_main_thread:238.908160\r\n\r\n# Stats\r\ntotal_commands_processed:1762855\r\ntotal_net_input_bytes:132821704\r\n"
+		"used_cpu_user_main_thread:238.908160\r\n\r\n# Stats\r\ntotal_commands_processed:1762855\r\ntotal_net_input_bytes:132821704\r\n" +
+		"\r\n# Commandstats\r\ncmdstat_get:calls=10,usec=5,usec_per_call=0.50,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_fcall:calls=300,usec=3000,usec_per_call=10.00,rejected_calls=0,failed_calls=1\r\n" +
+		"cmdstat_evalsha:calls=100,usec=900,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_eval:calls=1,usec=100,usec_per_call=100.00,rejected_calls=0,failed_calls=0\r\n"
 	s, err := parseInfo(text)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := 276136130 * time.Microsecond; s.cpu != want || s.netIn != 132821704 {
 		t.Errorf("parseInfo = %v, %d; want %v, 132821704", s.cpu, s.netIn, want)
+	}
+	if want := (scriptStats{calls: 401, usec: 4000, fcall: 300, evalsha: 100, eval: 1}); s.scripts != want {
+		t.Errorf("parseInfo scripts = %+v, want %+v", s.scripts, want)
+	}
+	if f := s.scripts.form(); f != "FCALL+EVALSHA+EVAL" {
+		t.Errorf("form = %q", f)
+	}
+	if _, _, err := parseCmdstat("calls=1"); err == nil {
+		t.Error("parseCmdstat without usec: no error")
 	}
 	if _, err := parseInfo("# CPU\r\nused_cpu_sys:1.0\r\n"); err == nil {
 		t.Error("parseInfo without used_cpu_user: no error")

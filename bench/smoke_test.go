@@ -1,8 +1,16 @@
 package bench
 
 import (
+	"context"
 	"net/http"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redlimit/redlimit/core"
 )
 
 // TestDeciders checks the wiring of every implementation against Redis in
@@ -11,7 +19,7 @@ import (
 // bracket the window.
 func TestDeciders(t *testing.T) {
 	needRedis(t)
-	impls := append(append([]impl{}, oursAll...), oursPDC, redisRate, ulule, goredis)
+	impls := append(append([]impl{}, oursAll...), oursPDC, oursFW, redisRate, ulule, goredis)
 	impls = append(impls, leaseImpls...)
 	for _, alg := range algorithms {
 		impls = append(impls, oursAlg(alg, false), oursAlg(alg, true))
@@ -52,6 +60,19 @@ func TestDeciders(t *testing.T) {
 				if st.redis.sent <= 0 || st.redis.netIn < st.redis.sent {
 					t.Errorf("in the window we wrote %d bytes and Redis read %d", st.redis.sent, st.redis.netIn)
 				}
+				// Every decision that asked Redis ran a script, in the
+				// settled form: FCALL for ours on Redis 7.
+				switch im.name {
+				case oursPlain.name, redisRate.name, ulule.name, goredis.name:
+					if st.redis.scripts.calls < st.ops {
+						t.Errorf("commandstats counted %d script calls for %d decisions", st.redis.scripts.calls, st.ops)
+					}
+				}
+				if strings.HasPrefix(im.name, "ours/") || im.name == goredis.name {
+					if f := st.form(); serverHasFunctions() && st.cmds > 0 && !strings.HasPrefix(f, "FCALL") {
+						t.Errorf("on Redis %s the decisions reached Redis as %s, want FCALL", redisVersion(), f)
+					}
+				}
 			})
 		}
 	}
@@ -86,4 +107,70 @@ func TestHTTPApps(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestClientOptions checks that every contender's client has the same
+// options (ContextTimeoutEnabled, pool, timeouts, retries, protocol...),
+// every field but the functions (the dialer and hooks, made alike by
+// clientOptions).
+func TestClientOptions(t *testing.T) {
+	needRedis(t)
+	names := []string{"capture"}
+	for _, c := range decisionContenders() {
+		names = append(names, c.im.client)
+	}
+	for _, im := range append(append([]impl{}, denyCacheImpls...), oursAlg(core.TokenBucket, false), oursAlg(core.TokenBucket, true)) {
+		names = append(names, im.client)
+	}
+	for _, app := range httpApps {
+		for _, m := range modesOf(app) {
+			if !m.bare() {
+				names = append(names, m.client)
+			}
+		}
+	}
+	slices.Sort(names[1:])
+	names = slices.Compact(names)
+	// A client settles some options on its first connection (go-redis
+	// turns maintenance notifications off where the server has none): as
+	// in a measurement, where every client is primed, compare them after.
+	for _, name := range names {
+		if err := clientFor(t, name).rdb.Ping(context.Background()).Err(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	ref := clientFor(t, names[0]).rdb.Options()
+	if !ref.ContextTimeoutEnabled || ref.PoolSize != 320 || ref.PoolTimeout != 5*time.Second {
+		t.Errorf("%s: ContextTimeoutEnabled %v, PoolSize %d, PoolTimeout %v; want true, 320, 5s", names[0], ref.ContextTimeoutEnabled, ref.PoolSize, ref.PoolTimeout)
+	}
+	for _, name := range names[1:] {
+		if diff := optionsDiff(ref, clientFor(t, name).rdb.Options()); diff != "" {
+			t.Errorf("client %s differs from %s: %s", name, names[0], diff)
+		}
+	}
+}
+
+// optionsDiff names the fields in which a and b differ: functions apart,
+// and interfaces by the type they hold (go-redis gives each client a push
+// notification processor of its own).
+func optionsDiff(a, b *redis.Options) string {
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	var diff []string
+	for i := range va.NumField() {
+		f := va.Type().Field(i)
+		if !f.IsExported() || f.Type.Kind() == reflect.Func {
+			continue
+		}
+		x, y := va.Field(i), vb.Field(i)
+		if f.Type.Kind() == reflect.Interface {
+			if x.IsNil() != y.IsNil() || !x.IsNil() && x.Elem().Type() != y.Elem().Type() {
+				diff = append(diff, f.Name)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(x.Interface(), y.Interface()) {
+			diff = append(diff, f.Name)
+		}
+	}
+	return strings.Join(diff, ", ")
 }
