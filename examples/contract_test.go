@@ -1,10 +1,10 @@
 // The contract test builds each example server once, starts it as a real
 // process, and checks the example contract (README.md in this directory)
 // over real HTTP: flags and env vars, routes, headers, bodies, the fail
-// policies with Redis gone, the log lines, and the graceful shutdown. It
-// runs on the embedded miniredis, and also on the real Redis of REDIS_URL
-// and the Redis Cluster of REDIS_CLUSTER_ADDRS (skipped when unset, failed
-// under CI=true).
+// policies with Redis gone, in-flight limits shared by processes, the log
+// lines, and the graceful shutdown. It runs on the embedded miniredis, and
+// also on the real Redis of REDIS_URL and the Redis Cluster of
+// REDIS_CLUSTER_ADDRS (skipped when unset, failed under CI=true).
 package examples_test
 
 import (
@@ -87,7 +87,7 @@ func binary(fw string) string { return filepath.Join(binDir, fw) }
 // contractEnv are the env vars of the contract: the test's own environment
 // (CI sets REDIS_URL) must not leak into a server unless a test says so.
 var contractEnv = []string{"ADDR", "REDIS_URL", "REDIS_CLUSTER_ADDRS", "ALGORITHM", "LIMIT", "PERIOD", "BURST",
-	"KEY", "FAIL", "TIMEOUT", "HEADERS", "MAX_WAIT", "METRICS"}
+	"KEY", "FAIL", "TIMEOUT", "HEADERS", "MAX_WAIT", "METRICS", "CONCURRENCY", "CONCURRENCY_LEASE"}
 
 func baseEnv(extra ...string) []string {
 	var env []string
@@ -121,13 +121,36 @@ func freeAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().String()
 }
 
 // start runs example fw with args (plus -addr, unless env has ADDR) and env,
 // and waits for its "listening on" line.
 func start(t *testing.T, fw string, env []string, args ...string) *server {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		s := launch(t, fw, env, args...)
+		err := s.waitListening(15 * time.Second)
+		if err == nil {
+			return s
+		}
+		// Between freeAddr and the server's listen, another process may
+		// take the port (the embedded miniredis of another server, which
+		// binds port 0 first): try another.
+		if attempt < 3 && strings.Contains(s.stderrText(), "address already in use") {
+			t.Logf("%v; trying another port", err)
+			if i := slices.IndexFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "ADDR=") }); i >= 0 {
+				env = append(slices.Clone(env[:i]), append([]string{"ADDR=" + freeAddr(t)}, env[i+1:]...)...)
+			}
+			continue
+		}
+		t.Fatal(err)
+	}
+}
+
+// launch runs example fw as start says, without waiting.
+func launch(t *testing.T, fw string, env []string, args ...string) *server {
 	t.Helper()
 	s := &server{t: t, name: fw, exited: make(chan struct{}),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: http.DefaultTransport.(*http.Transport).Clone()}}
@@ -176,8 +199,24 @@ func start(t *testing.T, fw string, env []string, args ...string) *server {
 			t.Logf("%s %s\nstdout:\n%s\nstderr:\n%s", fw, strings.Join(args, " "), s.stdout(), s.stderrText())
 		}
 	})
-	s.waitLog("listening on "+s.addr, 15*time.Second)
 	return s
+}
+
+// waitListening waits for the "listening on" line, and says why not when
+// it does not come: the server exited, or timeout passed.
+func (s *server) waitListening(timeout time.Duration) error {
+	want := "listening on " + s.addr
+	for deadline := time.Now().Add(timeout); s.countLog(want) == 0; time.Sleep(10 * time.Millisecond) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("%s exited (%v) before logging %q: %s", s.name, s.err, want, strings.TrimSpace(s.stderrText()))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not log %q within %v", s.name, want, timeout)
+		}
+	}
+	return nil
 }
 
 type lockedWriter struct {
@@ -231,22 +270,6 @@ func (s *server) line(i int) string {
 	return s.lines[i]
 }
 
-func (s *server) waitLog(substr string, timeout time.Duration) {
-	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for s.countLog(substr) == 0 {
-		select {
-		case <-s.exited:
-			s.t.Fatalf("%s exited (%v) before logging %q", s.name, s.err, substr)
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s did not log %q within %v", s.name, substr, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // stop sends SIGTERM and checks the contract's shutdown: exit status 0
 // within 5 s, and nothing on stdout but our own log lines.
 func (s *server) stop() {
@@ -293,9 +316,19 @@ func (s *server) get(path string, header ...string) response {
 // do sends a request with method to path and reads the whole response.
 func (s *server) do(method, path string, header ...string) response {
 	s.t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.addr+path, nil)
+	r, err := s.try(context.Background(), method, path, header...)
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	return r
+}
+
+// try is do without failing the test, for requests from other goroutines
+// and requests that may fail (ctx canceled, the server killed).
+func (s *server) try(ctx context.Context, method, path string, header ...string) (response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+s.addr+path, nil)
+	if err != nil {
+		return response{}, err
 	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
@@ -303,14 +336,59 @@ func (s *server) do(method, path string, header ...string) response {
 	begin := time.Now()
 	resp, err := s.client.Do(req)
 	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
+		return response{}, fmt.Errorf("%s %s on %s: %w", method, path, s.name, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		s.t.Fatalf("%s %s: reading body: %v", method, path, err)
+		return response{}, fmt.Errorf("%s %s on %s: reading body: %w", method, path, s.name, err)
 	}
-	return response{resp.StatusCode, resp.Header, string(body), time.Since(begin)}
+	return response{resp.StatusCode, resp.Header, string(body), time.Since(begin)}, nil
+}
+
+// kill ends the server with SIGKILL, as a crash would: no shutdown, no
+// permit given back.
+func (s *server) kill() {
+	s.t.Helper()
+	if err := s.cmd.Process.Kill(); err != nil {
+		s.t.Fatalf("SIGKILL %s: %v", s.name, err)
+	}
+	<-s.exited
+}
+
+// decisionLine is a line of redlimit_decisions_total in GET /metrics.
+var decisionLine = regexp.MustCompile(`(?m)^redlimit_decisions_total\{([^}]*)\} (\S+)$`)
+
+// decisions is how many decisions the server's GET /metrics (-metrics)
+// counts with outcome, over every policy and algorithm.
+func (s *server) decisions(outcome string) int {
+	s.t.Helper()
+	r := s.get("/metrics")
+	if r.status != http.StatusOK {
+		s.t.Fatalf("GET /metrics: %d, want 200", r.status)
+	}
+	n := 0
+	for _, m := range decisionLine.FindAllStringSubmatch(r.body, -1) {
+		if strings.Contains(m[1], `outcome="`+outcome+`"`) {
+			v, err := strconv.ParseFloat(m[2], 64)
+			if err != nil {
+				s.t.Fatalf("GET /metrics: %q is no number", m[0])
+			}
+			n += int(v)
+		}
+	}
+	return n
+}
+
+// waitFor polls cond until it holds, and fails the test when it does not
+// within timeout: for what the test can observe but not be told of.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+	}
 }
 
 var xHeaders = []string{"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
@@ -503,6 +581,97 @@ var scenarios = []struct {
 		wantDenied(t, s.get("/"), 60) // one limit for both
 		s.stop()
 	}},
+	{"slow and spend: parameters, one limit with /", func(t *testing.T, fw string) {
+		// A sliding window of an hour gives nothing back while the test
+		// runs: each request of any limited route takes one unit of it.
+		s := start(t, fw, nil, "-algorithm", "sliding_window", "-limit", "100", "-period", "1h")
+		n := 0
+		limited := func(path string, status int) response {
+			t.Helper()
+			r := s.get(path)
+			n++
+			if r.status != status {
+				t.Errorf("GET %s: %d %q, want %d", path, r.status, r.body, status)
+			}
+			// Decided by the limit of GET /, before the handler looks at
+			// the query.
+			wantXHeaders(t, r, 100, 100-n, time.Hour)
+			return r
+		}
+		for path, least := range map[string]time.Duration{"/slow?ms=0": 0, "/slow": 500 * time.Millisecond, "/slow?ms=300": 300 * time.Millisecond} {
+			if r := limited(path, http.StatusOK); r.body != "ok" || r.elapsed < least {
+				t.Errorf("GET %s: %q after %v, want \"ok\" after %v or more", path, r.body, r.elapsed, least)
+			}
+		}
+		for _, q := range []string{"ms=-1", "ms=x", "ms=1.5", "ms=10001", "ms=99999999999", "ms=%205"} {
+			wantBadRequest(t, limited("/slow?"+q, http.StatusBadRequest), "ms")
+		}
+		for _, q := range []string{"", "units=", "units=0", "units=1000001", "units=-3", "units=x", "units=2.5"} {
+			wantBadRequest(t, limited("/spend?"+q, http.StatusBadRequest), "units")
+		}
+		// Reporting what it took settles nothing.
+		if r := limited("/spend?units=1", http.StatusOK); r.body != "ok" {
+			t.Errorf("GET /spend?units=1: %q, want \"ok\"", r.body)
+		}
+		wantAllowed(t, s.get("/"), 100, 100-n-1, time.Hour)
+		s.stop()
+	}},
+	{"spend settles after the handler", func(t *testing.T, fw string) {
+		s := start(t, fw, nil, "-limit", "100", "-period", "1m", "-key", "header:X-API-Key")
+		spendDebt(t, s) // keyed by the client IP
+		// The most a request may report: a debt of about a week.
+		wantAllowed(t, s.get("/spend?units=1000000", "X-API-Key", "max"), 100, 99, time.Minute)
+		if ra := wantDenied(t, s.get("/", "X-API-Key", "max"), 1<<30); ra < 599000 {
+			t.Errorf("Retry-After = %d after reporting 1000000 units at 100/min, want about 600000", ra)
+		}
+		s.stop()
+	}},
+	{"concurrency, and a client that leaves ends the sleep", func(t *testing.T, fw string) {
+		s := start(t, fw, nil, "-concurrency", "1", "-metrics", "-limit", "100", "-period", "1h")
+		// fasthttp cannot tell a handler that its client left: on Fiber
+		// the sleep runs to its end, so it is short there.
+		fasthttp := strings.HasPrefix(fw, "fiber")
+		path := "/slow?ms=10000"
+		if fasthttp {
+			path = "/slow?ms=1500"
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		type result struct {
+			r   response
+			err error
+		}
+		slow := make(chan result, 1)
+		begin := time.Now()
+		go func() {
+			r, err := s.try(ctx, http.MethodGet, path)
+			slow <- result{r, err}
+		}()
+		waitFor(t, 10*time.Second, "GET "+path+" admitted", func() bool { return s.decisions("allowed") == 1 })
+		r := s.get("/")
+		wantDenied(t, r, 1)                    // a request in flight may end at any moment
+		wantXHeaders(t, r, 100, 99, time.Hour) // the rate limit's
+		if n := s.decisions("in_flight"); n != 1 {
+			t.Errorf("GET /metrics counts %d in_flight decisions, want 1", n)
+		}
+		if fasthttp {
+			if res := <-slow; res.err != nil || res.r.status != http.StatusOK {
+				t.Fatalf("GET %s: %d, %v; want 200", path, res.r.status, res.err)
+			}
+		} else {
+			cancel()
+			if res := <-slow; res.err == nil {
+				t.Fatalf("GET %s: %d after the client canceled it, want an error", path, res.r.status)
+			}
+		}
+		// The permit is back once the handler returns (a denial is
+		// remembered for its Retry-After, a second).
+		waitFor(t, 8*time.Second, "GET / admitted again", func() bool { return s.get("/").status == http.StatusOK })
+		if !fasthttp && time.Since(begin) > 9*time.Second {
+			t.Errorf("the permit came back %v after GET %s began: the sleep did not end with the client", time.Since(begin), path)
+		}
+		s.stop()
+	}},
 	{"metrics", func(t *testing.T, fw string) {
 		s := start(t, fw, []string{"METRICS=true"}, "-limit", "1", "-period", "1m")
 		s.get("/")
@@ -569,7 +738,7 @@ var scenarios = []struct {
 		}
 		wantHealthy(t, s, 2)
 		// Redis comes back on the same address: limiting resumes by itself.
-		hang.Close()
+		_ = hang.Close()
 		// The socket is released once the blocked Accept unwinds: retry.
 		for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			err := mr.StartAddr(addr)
@@ -652,6 +821,16 @@ var scenarios = []struct {
 		b := start(t, fw, []string{"REDIS_CLUSTER_ADDRS=" + seeds[0], "KEY=header:X-API-Key", "LIMIT=2", "PERIOD=1m"})
 		sharedLimit(t, a, b)
 	}},
+	{"real redis, spend settles after the handler", func(t *testing.T, fw string) {
+		redistest.Real(t) // skips (fails under CI) without REDIS_URL
+		s := start(t, fw, nil, "-redis", os.Getenv("REDIS_URL"), "-key", "header:X-API-Key", "-limit", "100", "-period", "1m")
+		spendDebt(t, s, "X-API-Key", uniqueKey(t))
+		s.stop()
+	}},
+	{"real redis, concurrency across three servers", func(t *testing.T, fw string) {
+		redistest.Real(t) // skips (fails under CI) without REDIS_URL
+		concurrencyShared(t, fw, os.Getenv("REDIS_URL"))
+	}},
 }
 
 // sharedLimit checks that two servers on one Redis share one limit per key.
@@ -672,6 +851,150 @@ func sharedLimit(t *testing.T, a, b *server) {
 	}
 	a.stop()
 	b.stop()
+}
+
+// wantBadRequest checks a 400 with a short text that names the query
+// parameter.
+func wantBadRequest(t *testing.T, r response, param string) {
+	t.Helper()
+	if r.status != http.StatusBadRequest {
+		return // reported by the caller
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(strings.ToLower(ct), "text/plain") {
+		t.Errorf("Content-Type = %q, want text/plain", ct)
+	}
+	if body := strings.TrimSpace(r.body); !strings.Contains(body, param) || len(body) > 200 {
+		t.Errorf("body = %q, want a short text that names %s", r.body, param)
+	}
+}
+
+// spendDebt checks GET /spend on a server with -limit 100 -period 1m (a
+// token bucket): the request takes one unit and reports 150, settled
+// once its handler returns: 50 units below empty, so the next request
+// waits for 51 units, 30.6 s at 100 per minute.
+func spendDebt(t *testing.T, s *server, header ...string) {
+	t.Helper()
+	wantAllowed(t, s.get("/spend?units=150", header...), 100, 99, time.Minute)
+	r := s.get("/", header...)
+	if ra := wantDenied(t, r, 31); ra < 30 {
+		t.Errorf("Retry-After = %d after a debt of 50 units, want 31 (51 units at 100/min)", ra)
+	}
+	wantXHeaders(t, r, 100, 0, 90*time.Second) // 150 units to refill
+	wantDenied(t, s.get("/spend?units=1", header...), 31)
+}
+
+// concurrencyShared checks -concurrency 2 on three servers sharing the
+// Redis at url: of ten simultaneous requests, two are served and eight
+// refused; and the permits of a server killed while it holds them lapse
+// after -concurrency-lease.
+func concurrencyShared(t *testing.T, fw, url string) {
+	t.Helper()
+	const lease = 2 * time.Second
+	args := []string{"-redis", url, "-key", "header:X-API-Key", "-limit", "1000", "-period", "1s",
+		"-concurrency", "2", "-concurrency-lease", lease.String(), "-metrics"}
+	servers := []*server{
+		start(t, fw, nil, args...),
+		start(t, fw, nil, args...),
+		start(t, fw, []string{"REDIS_URL=" + url, "KEY=header:X-API-Key", "LIMIT=1000", "PERIOD=1s",
+			"CONCURRENCY=2", "CONCURRENCY_LEASE=" + lease.String(), "METRICS=true"}),
+	}
+	for _, s := range servers {
+		if s.countLog("miniredis") != 0 {
+			t.Fatalf("%s uses the embedded miniredis, want the real Redis", s.name)
+		}
+		// A first request opens the server's Redis connection: the ten
+		// below are then decided at once.
+		wantAllowed(t, s.get("/", "X-API-Key", uniqueKey(t)), 1000, 999, time.Second)
+	}
+
+	key := uniqueKey(t)
+	rs := make([]response, 10)
+	errs := make([]error, len(rs))
+	ready := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range rs {
+		wg.Go(func() {
+			<-ready
+			rs[i], errs[i] = servers[i%3].try(context.Background(), http.MethodGet, "/slow?ms=1500", "X-API-Key", key)
+		})
+	}
+	close(ready)
+	wg.Wait()
+	count := map[int]int{}
+	for i, r := range rs {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		count[r.status]++
+		switch r.status {
+		case http.StatusOK:
+			if r.body != "ok" || r.header.Get("X-RateLimit-Limit") != "1000" {
+				t.Errorf("GET /slow?ms=1500: %q, X-RateLimit-Limit %q; want \"ok\", 1000", r.body, r.header.Get("X-RateLimit-Limit"))
+			}
+		case http.StatusTooManyRequests:
+			wantDenied(t, r, 1) // a request in flight may end at any moment
+		}
+	}
+	if count[http.StatusOK] != 2 || count[http.StatusTooManyRequests] != 8 {
+		t.Fatalf("10 simultaneous GET /slow?ms=1500 on 3 servers answered %v, want 2 × 200 and 8 × 429", count)
+	}
+	inFlight := 0
+	for _, s := range servers {
+		inFlight += s.decisions("in_flight")
+	}
+	if inFlight != 8 {
+		t.Errorf("GET /metrics of the 3 servers count %d in_flight decisions, want 8", inFlight)
+	}
+
+	// Server a takes both permits of a fresh key, and is killed.
+	a, b, c := servers[0], servers[1], servers[2]
+	key = uniqueKey(t)
+	allowed := a.decisions("allowed")
+	held := make(chan error, 2)
+	for range 2 {
+		go func() {
+			r, err := a.try(context.Background(), http.MethodGet, "/slow?ms=10000", "X-API-Key", key)
+			if err == nil {
+				err = fmt.Errorf("GET /slow?ms=10000 on %s answered %d before it was killed", a.name, r.status)
+			}
+			held <- err
+		}()
+	}
+	waitFor(t, 10*time.Second, "both GET /slow?ms=10000 admitted", func() bool { return a.decisions("allowed") == allowed+2 })
+	taken := time.Now()
+	for _, s := range []*server{b, c} {
+		wantDenied(t, s.get("/", "X-API-Key", key), 1)
+	}
+	a.kill()
+	killed := time.Now()
+	for range 2 {
+		if err := <-held; !strings.Contains(err.Error(), "on "+a.name+":") || strings.Contains(err.Error(), "answered") {
+			t.Errorf("a request held by the killed server: %v, want a broken connection", err)
+		}
+	}
+	// The permits lapse a lease after they were taken (or renewed, every
+	// half lease, should the kill have come that late).
+	waitFor(t, lease+8*time.Second, "a permit of the killed server free", func() bool {
+		r, err := b.try(context.Background(), http.MethodGet, "/", "X-API-Key", key)
+		return err == nil && r.status == http.StatusOK
+	})
+	t.Logf("a permit was free %v after it was taken, %v after SIGKILL (lease %v)",
+		time.Since(taken).Round(10*time.Millisecond), time.Since(killed).Round(10*time.Millisecond), lease)
+	// Both: two requests at once are served.
+	waitFor(t, 5*time.Second, "both permits of the killed server free", func() bool {
+		var wg sync.WaitGroup
+		var ok [2]bool
+		for i, s := range []*server{b, c} {
+			wg.Go(func() {
+				r, err := s.try(context.Background(), http.MethodGet, "/slow?ms=300", "X-API-Key", key)
+				ok[i] = err == nil && r.status == http.StatusOK
+			})
+		}
+		wg.Wait()
+		return ok[0] && ok[1]
+	})
+	b.stop()
+	c.stop()
 }
 
 // hangingRedis listens on addr and never answers, like a Redis that hangs.
@@ -718,9 +1041,10 @@ func (f closerFunc) Close() error { return f() }
 // with REDIS_URL; otherwise only the first one does, so that a plain
 // go test stays quick (go test runs only GOMAXPROCS parallel tests at once).
 var long = map[string]bool{
-	"fail closed, redis hanging, then back":      true,
-	"leaky bucket max-wait":                      true,
-	"graceful shutdown waits for a held request": true,
+	"fail closed, redis hanging, then back":                true,
+	"leaky bucket max-wait":                                true,
+	"graceful shutdown waits for a held request":           true,
+	"concurrency, and a client that leaves ends the sleep": true,
 }
 
 // everyFramework reports whether the long scenarios run on every framework.
@@ -792,6 +1116,8 @@ func TestInvalidConfig(t *testing.T) {
 		{"bad -key", []string{"-key", "cookie:id"}, nil, "-key"},
 		{"bad -redis", []string{"-redis", "http://x"}, nil, "-redis"},
 		{"bad -addr", []string{"-addr", "256.0.0.1:x"}, nil, "-addr"},
+		{"bad CONCURRENCY", nil, []string{"CONCURRENCY=-1"}, "-concurrency ($CONCURRENCY)"},
+		{"bad -concurrency-lease", []string{"-concurrency-lease", "0s"}, nil, "-concurrency-lease"},
 	}
 	for i, fw := range frameworks {
 		t.Run(fw, func(t *testing.T) {

@@ -83,7 +83,7 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	if err := os.WriteFile(filepath.Join(dir, "readme.go"), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
-// Command echov5 is the Echo v5 example server: GET / is rate limited through
-// Redis by echov5limit, GET /healthz never is. Its flags, env vars and answers
-// are those of the example contract in examples/README.md. Try, from the
-// repository's root:
+// Command echov5 is the Echo v5 example server: GET /, /slow and /spend are
+// rate limited through Redis by echov5limit, GET /healthz never is. Its flags,
+// env vars and answers are those of the example contract in examples/README.md.
+// Try, from the repository's root:
 //
 //	go run ./examples/echov5 -limit 3 -period 10s
 //	curl -i localhost:8080/
@@ -40,7 +40,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
 	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewUniversalClient(opts)
-	defer rdb.Close()
+	defer func() {
+		if err := rdb.Close(); err != nil {
+			app.Log.Warn("closing the redis client", "err", err)
+		}
+	}()
 	// The Limiter logs Redis failing and answering again, and a Redis that
 	// may evict its keys. Its deny cache answers a client that comes back
 	// before its Retry-After without asking Redis, which keeps a flood off it.
@@ -63,19 +67,42 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Headers:  app.Headers,
 		MaxWait:  app.MaxWait,
 		Observer: observer,
+		// -concurrency: requests of a key in flight at once, on every
+		// instance on this Redis (0: no limit).
+		InFlight:      app.InFlight,
+		InFlightLease: app.InFlightLease,
+		Settle:        true, // handlers may report what a request really cost (GET /spend)
 	})
 	if err != nil {
 		return err
 	}
 
+	// One middleware, one limit for every route it is on.
 	limit, err := echov5limit.Config{Policy: policy}.ToMiddleware()
 	if err != nil {
 		return err
 	}
-	e := echo.New()
 	ok := func(c *echo.Context) error { return c.String(http.StatusOK, "ok") }
+	slow := func(c *echo.Context) error {
+		if err := exampleapp.Slow(c.Request().Context(), c.QueryParam("ms")); err != nil {
+			return c.String(http.StatusBadRequest, err.Error())
+		}
+		return c.String(http.StatusOK, "ok")
+	}
+	spend := func(c *echo.Context) error {
+		units, err := exampleapp.Units(c.QueryParam("units"))
+		if err != nil {
+			return c.String(http.StatusBadRequest, err.Error())
+		}
+		echov5limit.ReportCost(c, policy, units) // settled once this handler returns
+		return c.String(http.StatusOK, "ok")
+	}
+
+	e := echo.New()
 	// Echo routes HEAD apart from GET: both are limited, with one limit.
 	e.Match([]string{http.MethodGet, http.MethodHead}, "/", ok, limit)
+	e.GET("/slow", slow, limit)
+	e.GET("/spend", spend, limit)
 	e.GET("/healthz", ok)
 	if metrics != nil {
 		e.GET("/metrics", echo.WrapHandler(metrics))

@@ -1,7 +1,7 @@
-// Command fiber is the Fiber (v2) example server: GET / is rate limited through
-// Redis by fiberlimit, GET /healthz never is. Its flags, env vars and answers
-// are those of the example contract in examples/README.md. Try, from the
-// repository's root:
+// Command fiber is the Fiber (v2) example server: GET /, /slow and /spend are
+// rate limited through Redis by fiberlimit, GET /healthz never is. Its flags,
+// env vars and answers are those of the example contract in examples/README.md.
+// Try, from the repository's root:
 //
 //	go run ./examples/fiber -limit 3 -period 10s
 //	curl -i localhost:8080/
@@ -40,7 +40,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
 	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewUniversalClient(opts)
-	defer rdb.Close()
+	defer func() {
+		if err := rdb.Close(); err != nil {
+			app.Log.Warn("closing the redis client", "err", err)
+		}
+	}()
 	// The Limiter logs Redis failing and answering again, and a Redis that
 	// may evict its keys. Its deny cache answers a client that comes back
 	// before its Retry-After without asking Redis, which keeps a flood off it.
@@ -63,15 +67,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Headers:  app.Headers,
 		MaxWait:  app.MaxWait,
 		Observer: observer,
+		// -concurrency: requests of a key in flight at once, on every
+		// instance on this Redis (0: no limit).
+		InFlight:      app.InFlight,
+		InFlightLease: app.InFlightLease,
+		Settle:        true, // handlers may report what a request really cost (GET /spend)
 	})
 	if err != nil {
 		return err
 	}
 
-	f := fiber.New(fiber.Config{DisableStartupMessage: true})
 	ok := func(c *fiber.Ctx) error { return c.SendString("ok") }
+	// fasthttp cannot tell that a client left, so it never ends
+	// c.UserContext(): here the sleep runs to its end.
+	slow := func(c *fiber.Ctx) error {
+		if err := exampleapp.Slow(c.UserContext(), c.Query("ms")); err != nil {
+			return c.Status(fiber.StatusBadRequest).SendString(err.Error())
+		}
+		return c.SendString("ok")
+	}
+	spend := func(c *fiber.Ctx) error {
+		units, err := exampleapp.Units(c.Query("units"))
+		if err != nil {
+			return c.Status(fiber.StatusBadRequest).SendString(err.Error())
+		}
+		fiberlimit.ReportCost(c, policy, units) // settled once this handler returns
+		return c.SendString("ok")
+	}
+
+	f := fiber.New(fiber.Config{DisableStartupMessage: true})
+	limit := fiberlimit.New(fiberlimit.Config{Policy: policy}) // one middleware, one limit for every route it is on
 	// Get routes HEAD too: both are limited, with one limit.
-	f.Get("/", fiberlimit.New(fiberlimit.Config{Policy: policy}), ok)
+	f.Get("/", limit, ok)
+	f.Get("/slow", limit, slow)
+	f.Get("/spend", limit, spend)
 	f.Get("/healthz", ok)
 	if metrics != nil {
 		f.Get("/metrics", adaptor.HTTPHandler(metrics))

@@ -1,7 +1,7 @@
-// Command gin is the Gin example server: GET / is rate limited through Redis
-// by ginlimit, GET /healthz never is. Its flags, env vars and answers are
-// those of the example contract in examples/README.md. Try, from the
-// repository's root:
+// Command gin is the Gin example server: GET /, /slow and /spend are rate
+// limited through Redis by ginlimit, GET /healthz never is. Its flags, env
+// vars and answers are those of the example contract in examples/README.md.
+// Try, from the repository's root:
 //
 //	go run ./examples/gin -limit 3 -period 10s
 //	curl -i localhost:8080/
@@ -40,7 +40,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
 	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewUniversalClient(opts)
-	defer rdb.Close()
+	defer func() {
+		if err := rdb.Close(); err != nil {
+			app.Log.Warn("closing the redis client", "err", err)
+		}
+	}()
 	// The Limiter logs Redis failing and answering again, and a Redis that
 	// may evict its keys. Its deny cache answers a client that comes back
 	// before its Retry-After without asking Redis, which keeps a flood off it.
@@ -63,6 +67,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Headers:  app.Headers,
 		MaxWait:  app.MaxWait,
 		Observer: observer,
+		// -concurrency: requests of a key in flight at once, on every
+		// instance on this Redis (0: no limit).
+		InFlight:      app.InFlight,
+		InFlightLease: app.InFlightLease,
+		Settle:        true, // handlers may report what a request really cost (GET /spend)
 	})
 	if err != nil {
 		return err
@@ -72,8 +81,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	r := gin.New() // without Gin's logger: the log is ours
 	r.Use(gin.Recovery())
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
+	slow := func(c *gin.Context) {
+		if err := exampleapp.Slow(c.Request.Context(), c.Query("ms")); err != nil {
+			c.String(http.StatusBadRequest, err.Error())
+			return
+		}
+		c.String(http.StatusOK, "ok")
+	}
+	spend := func(c *gin.Context) {
+		units, err := exampleapp.Units(c.Query("units"))
+		if err != nil {
+			c.String(http.StatusBadRequest, err.Error())
+			return
+		}
+		ginlimit.ReportCost(c, policy, units) // settled once this handler returns
+		c.String(http.StatusOK, "ok")
+	}
+
+	limit := ginlimit.New(policy) // one middleware, one limit for every route it is on
 	// Gin routes HEAD apart from GET: both are limited, with one limit.
-	r.Match([]string{http.MethodGet, http.MethodHead}, "/", ginlimit.New(policy), ok)
+	r.Match([]string{http.MethodGet, http.MethodHead}, "/", limit, ok)
+	r.GET("/slow", limit, slow)
+	r.GET("/spend", limit, spend)
 	r.GET("/healthz", ok)
 	if metrics != nil {
 		r.GET("/metrics", gin.WrapH(metrics))

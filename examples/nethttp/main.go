@@ -1,7 +1,7 @@
-// Command nethttp is the net/http example server: GET / is rate limited through
-// Redis by nethttplimit, GET /healthz never is. Its flags, env vars and answers
-// are those of the example contract in examples/README.md. Try, from the
-// repository's root:
+// Command nethttp is the net/http example server: GET /, /slow and /spend are
+// rate limited through Redis by nethttplimit, GET /healthz never is. Its
+// flags, env vars and answers are those of the example contract in
+// examples/README.md. Try, from the repository's root:
 //
 //	go run ./examples/nethttp -limit 3 -period 10s
 //	curl -i localhost:8080/
@@ -39,7 +39,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	opts := app.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
 	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewUniversalClient(opts)
-	defer rdb.Close()
+	defer func() {
+		if err := rdb.Close(); err != nil {
+			app.Log.Warn("closing the redis client", "err", err)
+		}
+	}()
 	// The Limiter logs Redis failing and answering again, and a Redis that
 	// may evict its keys. Its deny cache answers a client that comes back
 	// before its Retry-After without asking Redis, which keeps a flood off it.
@@ -62,15 +66,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Headers:  app.Headers,
 		MaxWait:  app.MaxWait,
 		Observer: observer,
+		// -concurrency: requests of a key in flight at once, on every
+		// instance on this Redis (0: no limit).
+		InFlight:      app.InFlight,
+		InFlightLease: app.InFlightLease,
+		Settle:        true, // handlers may report what a request really cost (GET /spend)
 	})
 	if err != nil {
 		return err
 	}
 
-	mux := http.NewServeMux()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	slow := func(w http.ResponseWriter, r *http.Request) {
+		if err := exampleapp.Slow(r.Context(), r.URL.Query().Get("ms")); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}
+	spend := func(w http.ResponseWriter, r *http.Request) {
+		units, err := exampleapp.Units(r.URL.Query().Get("units"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		nethttplimit.ReportCost(r, policy, units) // settled once this handler returns
+		_, _ = io.WriteString(w, "ok")
+	}
+
+	mux := http.NewServeMux()
+	limit := nethttplimit.New(policy) // one middleware, one limit for every route it is on
 	// A GET pattern matches HEAD too: both are limited, with one limit.
-	mux.Handle("GET /{$}", nethttplimit.New(policy)(ok))
+	mux.Handle("GET /{$}", limit(ok))
+	mux.Handle("GET /slow", limit(http.HandlerFunc(slow)))
+	mux.Handle("GET /spend", limit(http.HandlerFunc(spend)))
 	mux.Handle("GET /healthz", ok)
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)

@@ -1,9 +1,11 @@
 // Package exampleapp is what the example servers share that a real app would
 // do its own way: flags and env vars, the log, the embedded miniredis, the
-// Prometheus registry, and serving with a graceful shutdown. Each example's
+// Prometheus registry, serving with a graceful shutdown, and what the demo
+// routes GET /slow and GET /spend read from their query. Each example's
 // main.go then shows only the wiring a user copies: the go-redis client, the
-// Limiter, the Policy and one line of middleware. The behaviour all examples
-// share is the example contract in examples/README.md.
+// Limiter, the Policy, the middleware on the routes, and a handler that
+// reports its request's cost. The behaviour all examples share is the
+// example contract in examples/README.md.
 package exampleapp
 
 import (
@@ -41,6 +43,12 @@ type App struct {
 	// MaxWait is -max-wait for leaky_bucket (default: the period); 0 for
 	// the other algorithms.
 	MaxWait time.Duration
+	// InFlight is -concurrency: how many requests of a key may be in
+	// flight at once; 0 for no limit.
+	InFlight int
+	// InFlightLease is -concurrency-lease: how long a permit outlives a
+	// process that died holding it.
+	InFlightLease time.Duration
 	// Timeout is -timeout, the most one decision may take.
 	Timeout time.Duration
 	// Embedded reports that neither -redis nor -redis-cluster was given:
@@ -62,14 +70,16 @@ func Setup(name string, args []string, getenv func(string) string, stdout io.Wri
 	log := slog.New(slog.NewTextHandler(stdout, nil)).With("example", name)
 	quietRedis.Do(func() { redis.SetLogger(redisLogger{log}) })
 	a := &App{
-		Config:  cfg,
-		Log:     log,
-		Limit:   cfg.CoreLimit(),
-		Key:     cfg.KeyFunc(),
-		Fail:    cfg.Fail,
-		Headers: cfg.Headers,
-		MaxWait: cfg.LeakyMaxWait(),
-		Timeout: cfg.Timeout,
+		Config:        cfg,
+		Log:           log,
+		Limit:         cfg.CoreLimit(),
+		Key:           cfg.KeyFunc(),
+		Fail:          cfg.Fail,
+		Headers:       cfg.Headers,
+		MaxWait:       cfg.LeakyMaxWait(),
+		Timeout:       cfg.Timeout,
+		InFlight:      cfg.Concurrency,
+		InFlightLease: cfg.ConcurrencyLease,
 	}
 	switch {
 	case cfg.RedisURL != "":
@@ -87,8 +97,9 @@ func Setup(name string, args []string, getenv func(string) string, stdout io.Wri
 			"limits are not shared with other processes and are lost on exit", "addr", a.mini.Addr())
 	}
 	headers, _ := cfg.Headers.MarshalText() // built-in styles only
-	log.Info("limiting GET /", "limit", a.Limit.String(), "capacity", a.Limit.Capacity(),
-		"key", cfg.Key, "fail", cfg.Fail.String(), "timeout", cfg.Timeout, "headers", string(headers))
+	log.Info("limiting GET /, /slow and /spend", "limit", a.Limit.String(), "capacity", a.Limit.Capacity(),
+		"key", cfg.Key, "fail", cfg.Fail.String(), "timeout", cfg.Timeout, "headers", string(headers),
+		"concurrency", cfg.Concurrency)
 	return a, nil
 }
 

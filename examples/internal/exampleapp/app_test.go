@@ -37,7 +37,7 @@ func TestRedisOptions(t *testing.T) {
 			t.Errorf("ReadTimeout %v, DialTimeout %v, MaxRetries %d; want -timeout, -timeout, -1", o.ReadTimeout, o.DialTimeout, o.MaxRetries)
 		}
 		rdb := redis.NewUniversalClient(o)
-		defer rdb.Close()
+		defer func() { _ = rdb.Close() }()
 		if _, ok := rdb.(*redis.Client); !ok {
 			t.Errorf("client %T, want *redis.Client", rdb)
 		}
@@ -48,7 +48,7 @@ func TestRedisOptions(t *testing.T) {
 	t.Run("cluster with one seed", func(t *testing.T) {
 		app, _ := setup(t, "-redis-cluster", "127.0.0.1:1")
 		rdb := redis.NewUniversalClient(app.RedisOptions())
-		defer rdb.Close()
+		defer func() { _ = rdb.Close() }()
 		if _, ok := rdb.(*redis.ClusterClient); !ok {
 			t.Errorf("client %T, want *redis.ClusterClient", rdb)
 		}
@@ -61,7 +61,7 @@ func TestRedisOptions(t *testing.T) {
 		o := app.RedisOptions()
 		o.ContextTimeoutEnabled = true
 		rdb := redis.NewUniversalClient(o)
-		defer rdb.Close()
+		defer func() { _ = rdb.Close() }()
 		if err := rdb.Ping(context.Background()).Err(); err != nil {
 			t.Fatalf("PING the embedded miniredis: %v", err)
 		}
@@ -78,16 +78,16 @@ type request struct {
 	header map[string]string
 }
 
-func (r request) Context() context.Context  { return context.Background() }
-func (r request) RemoteAddr() string        { return r.remote }
+func (r request) Context() context.Context { return context.Background() }
+func (r request) RemoteAddr() string       { return r.remote }
 func (r request) Header(name string) []string {
 	if v, ok := r.header[name]; ok {
 		return []string{v}
 	}
 	return nil
 }
-func (r request) Method() string            { return "GET" }
-func (r request) Route() string             { return "/" }
+func (r request) Method() string { return "GET" }
+func (r request) Route() string  { return "/" }
 
 var _ httplimit.Request = request{}
 
@@ -108,5 +108,18 @@ func TestKeyFunc(t *testing.T) {
 	}
 	if k, err := byHeader(request{remote: peer}); err != nil || k != ipKey {
 		t.Errorf("without the header: %q, %v; want the ip key %q", k, err, ipKey)
+	}
+}
+
+func TestSetupInFlight(t *testing.T) {
+	app, log := setup(t, "-concurrency", "2", "-concurrency-lease", "3s")
+	if app.InFlight != 2 || app.InFlightLease != 3*time.Second {
+		t.Errorf("InFlight %d, InFlightLease %v; want 2, 3s", app.InFlight, app.InFlightLease)
+	}
+	if !strings.Contains(log.String(), "concurrency=2") {
+		t.Errorf("the log does not say the concurrency:\n%s", log)
+	}
+	if app, _ := setup(t); app.InFlight != 0 || app.InFlightLease != 10*time.Second {
+		t.Errorf("defaults: InFlight %d, InFlightLease %v; want 0 (off), 10s", app.InFlight, app.InFlightLease)
 	}
 }

@@ -48,6 +48,12 @@ type Config struct {
 	MaxWait time.Duration
 	// Metrics serves Prometheus metrics at GET /metrics. Default false.
 	Metrics bool
+	// Concurrency is how many requests of a key may be in flight at once,
+	// across every instance on the same Redis. Default 0: no limit.
+	Concurrency int
+	// ConcurrencyLease is how long a permit outlives a process that died
+	// holding it. Default 10s.
+	ConcurrencyLease time.Duration
 }
 
 // option is one row of the contract's table: a flag and its env var.
@@ -69,6 +75,8 @@ var options = []option{
 	{"headers", "HEADERS", "xratelimit, ietf, both or none"},
 	{"max-wait", "MAX_WAIT", "leaky_bucket only: the longest a request is held before it proceeds (default: = period)"},
 	{"metrics", "METRICS", "serve Prometheus metrics at GET /metrics"},
+	{"concurrency", "CONCURRENCY", "at most this many requests in flight per key, across every instance on the same Redis (0: no limit)"},
+	{"concurrency-lease", "CONCURRENCY_LEASE", "how long an in-flight permit outlives a process that died holding it"},
 }
 
 // ParseConfig parses args (without the program name) and the environment
@@ -77,7 +85,8 @@ var options = []option{
 // that names the flag. -h prints the usage to stdout and returns
 // flag.ErrHelp.
 func ParseConfig(name string, args []string, getenv func(string) string, stdout io.Writer) (Config, error) {
-	cfg := Config{Addr: ":8080", Limit: 10, Period: time.Second, Key: "ip", Timeout: 100 * time.Millisecond}
+	cfg := Config{Addr: ":8080", Limit: 10, Period: time.Second, Key: "ip", Timeout: 100 * time.Millisecond,
+		ConcurrencyLease: 10 * time.Second}
 	var cluster string
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -100,11 +109,13 @@ func ParseConfig(name string, args []string, getenv func(string) string, stdout 
 	fs.TextVar(&cfg.Headers, "headers", httplimit.Headers{httplimit.XRateLimit{}}, usage["headers"])
 	fs.DurationVar(&cfg.MaxWait, "max-wait", 0, usage["max-wait"])
 	fs.BoolVar(&cfg.Metrics, "metrics", false, usage["metrics"])
+	fs.IntVar(&cfg.Concurrency, "concurrency", 0, usage["concurrency"])
+	fs.DurationVar(&cfg.ConcurrencyLease, "concurrency-lease", cfg.ConcurrencyLease, usage["concurrency-lease"])
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
-			fmt.Fprintf(stdout, "Usage of %s (each flag may also come from the env var in brackets; the flag wins):\n", name)
+			_, _ = fmt.Fprintf(stdout, "Usage of %s (each flag may also come from the env var in brackets; the flag wins):\n", name)
 			fs.PrintDefaults()
 		}
 		return Config{}, err
@@ -181,6 +192,12 @@ func ParseConfig(name string, args []string, getenv func(string) string, stdout 
 	if set["max-wait"] && cfg.MaxWait <= 0 {
 		return Config{}, fmt.Errorf("invalid %s: must be > 0, got %v", where("max-wait"), cfg.MaxWait)
 	}
+	if cfg.Concurrency < 0 || cfg.Concurrency > maxConcurrency {
+		return Config{}, fmt.Errorf("invalid %s: must be from 0 (no limit) to %d, got %d", where("concurrency"), maxConcurrency, cfg.Concurrency)
+	}
+	if cfg.ConcurrencyLease < time.Millisecond {
+		return Config{}, fmt.Errorf("invalid %s: must be >= 1ms, got %v", where("concurrency-lease"), cfg.ConcurrencyLease)
+	}
 	if cfg.Key != "ip" {
 		h, ok := strings.CutPrefix(cfg.Key, "header:")
 		if !ok || !validHeaderName(h) {
@@ -193,17 +210,25 @@ func ParseConfig(name string, args []string, getenv func(string) string, stdout 
 	return cfg, nil
 }
 
+// maxConcurrency is the most requests in flight a core.InFlight limit
+// takes.
+const maxConcurrency = 1 << 20
+
 func validHeaderName(s string) bool {
 	if s == "" {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+		if !tokenChar(s[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// tokenChar reports whether c may be in a header name (RFC 9110's tchar).
+func tokenChar(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // CoreLimit is the Limit that -algorithm, -limit, -period and -burst say.

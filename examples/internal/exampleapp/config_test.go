@@ -23,7 +23,7 @@ func env(kv ...string) func(string) string {
 
 func TestParseConfig(t *testing.T) {
 	defaults := Config{Addr: ":8080", Limit: 10, Period: time.Second, Key: "ip", Timeout: 100 * time.Millisecond,
-		Headers: httplimit.Headers{httplimit.XRateLimit{}}}
+		Headers: httplimit.Headers{httplimit.XRateLimit{}}, ConcurrencyLease: 10 * time.Second}
 	with := func(f func(*Config)) Config {
 		c := defaults
 		f(&c)
@@ -38,21 +38,25 @@ func TestParseConfig(t *testing.T) {
 		{"defaults", nil, env(), defaults},
 		{"flags", []string{"-addr", "127.0.0.1:0", "-redis", "redis://h:1/2", "-algorithm", "leaky_bucket",
 			"-limit", "5", "-period", "2s", "-burst", "7", "-key", "header:X-API-Key", "-fail", "closed",
-			"-timeout", "50ms", "-headers", "both", "-max-wait", "300ms", "-metrics"}, env(),
+			"-timeout", "50ms", "-headers", "both", "-max-wait", "300ms", "-metrics", "-concurrency", "3", "-concurrency-lease", "2s"}, env(),
 			with(func(c *Config) {
 				c.Addr, c.RedisURL, c.Algorithm, c.Limit, c.Period, c.Burst = "127.0.0.1:0", "redis://h:1/2", core.LeakyBucket, 5, 2*time.Second, 7
 				c.Key, c.Fail, c.Timeout, c.Headers, c.MaxWait, c.Metrics = "header:X-API-Key", httplimit.FailClosed, 50*time.Millisecond, httplimit.Headers{httplimit.XRateLimit{}, httplimit.IETF{}}, 300*time.Millisecond, true
+				c.Concurrency, c.ConcurrencyLease = 3, 2*time.Second
 			})},
 		{"env", nil, env("ADDR", ":1", "REDIS_CLUSTER_ADDRS", "a:1, b:2,", "ALGORITHM", "fixed_window", "LIMIT", "3",
 			"PERIOD", "1m", "BURST", "4", "KEY", "header:x-key", "FAIL", "closed", "TIMEOUT", "1s", "HEADERS", "ietf",
-			"MAX_WAIT", "2s", "METRICS", "true"),
+			"MAX_WAIT", "2s", "METRICS", "true", "CONCURRENCY", "4", "CONCURRENCY_LEASE", "1m"),
 			with(func(c *Config) {
 				c.Addr, c.RedisCluster, c.Algorithm, c.Limit, c.Period, c.Burst = ":1", []string{"a:1", "b:2"}, core.FixedWindow, 3, time.Minute, 4
 				c.Key, c.Fail, c.Timeout, c.Headers, c.MaxWait, c.Metrics = "header:x-key", httplimit.FailClosed, time.Second, httplimit.Headers{httplimit.IETF{}}, 2*time.Second, true
+				c.Concurrency, c.ConcurrencyLease = 4, time.Minute
 			})},
-		{"flag wins over env", []string{"-limit", "2", "-headers", "none", "-metrics=false"},
-			env("LIMIT", "3", "HEADERS", "ietf", "METRICS", "1"),
+		{"flag wins over env", []string{"-limit", "2", "-headers", "none", "-metrics=false", "-concurrency", "0"},
+			env("LIMIT", "3", "HEADERS", "ietf", "METRICS", "1", "CONCURRENCY", "5"),
 			with(func(c *Config) { c.Limit, c.Headers = 2, httplimit.Headers{} })},
+		{"concurrency limit", []string{"-concurrency", "1048576", "-concurrency-lease", "1ms"}, env(),
+			with(func(c *Config) { c.Concurrency, c.ConcurrencyLease = 1<<20, time.Millisecond })},
 		{"invalid env ignored when the flag is given", []string{"-limit", "2"}, env("LIMIT", "many"),
 			with(func(c *Config) { c.Limit = 2 })},
 		{"-redis flag beats $REDIS_CLUSTER_ADDRS", []string{"-redis", "redis://h:1"}, env("REDIS_CLUSTER_ADDRS", "a:1"),
@@ -95,6 +99,14 @@ func TestParseConfigErrors(t *testing.T) {
 		{"timeout", []string{"-timeout", "-1s"}, env(), "invalid -timeout"},
 		{"max-wait", []string{"-max-wait", "0s"}, env(), "invalid -max-wait"},
 		{"metrics", nil, env("METRICS", "yes please"), "$METRICS (flag -metrics)"},
+		{"concurrency negative", []string{"-concurrency", "-1"}, env(), "invalid -concurrency"},
+		{"concurrency too many", []string{"-concurrency", "1048577"}, env(), "invalid -concurrency"},
+		{"concurrency not a number", []string{"-concurrency", "two"}, env(), "-concurrency"},
+		{"concurrency from env", nil, env("CONCURRENCY", "x"), "$CONCURRENCY (flag -concurrency)"},
+		{"concurrency negative from env", nil, env("CONCURRENCY", "-2"), "-concurrency ($CONCURRENCY)"},
+		{"concurrency lease", []string{"-concurrency-lease", "0s"}, env(), "invalid -concurrency-lease"},
+		{"concurrency lease below 1ms", []string{"-concurrency-lease", "999us"}, env(), "invalid -concurrency-lease"},
+		{"concurrency lease from env", nil, env("CONCURRENCY_LEASE", "10"), "$CONCURRENCY_LEASE (flag -concurrency-lease)"},
 		{"key", []string{"-key", "cookie:x"}, env(), "invalid -key"},
 		{"key header name", []string{"-key", "header:"}, env(), "invalid -key"},
 		{"key header name space", []string{"-key", "header:X Key"}, env(), "invalid -key"},

@@ -20,16 +20,18 @@ type RunFunc func(ctx context.Context, args []string, getenv func(string) string
 var listening = regexp.MustCompile(`listening on (\S+?)"?(\s|$)`)
 
 // Smoke starts run on a port of the kernel's choosing, with the embedded
-// Redis and a limit of 3 per minute, reads the bound address from the
-// "listening on" log line, checks GET / (3 allowed, then 429 under a burst
-// of concurrent requests), GET /healthz and GET /metrics, then cancels the
+// Redis, a limit of 5 per 10 minutes and -concurrency 100 (never reached),
+// reads the bound address from the "listening on" log line, checks GET
+// /slow (1 unit), GET /spend?units=2 (1 unit, and 1 more once settled),
+// then GET / (the 2 units left allowed, then 429 under a burst of
+// concurrent requests), GET /healthz and GET /metrics, then cancels the
 // context and expects run to return nil.
 func Smoke(t *testing.T, run RunFunc) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	log := &logWriter{addr: make(chan string, 1)}
-	env := map[string]string{"LIMIT": "3", "PERIOD": "1m", "TIMEOUT": "2s"}
+	env := map[string]string{"LIMIT": "5", "PERIOD": "10m", "TIMEOUT": "2s", "CONCURRENCY": "100"}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-metrics"}, func(k string) string { return env[k] }, log)
@@ -51,9 +53,14 @@ func Smoke(t *testing.T, run RunFunc) {
 			t.Errorf("GET %s: %v", path, err)
 			return 0
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode
+	}
+	for _, path := range []string{"/slow?ms=1", "/spend?units=2"} {
+		if c := get(path); c != http.StatusOK {
+			t.Errorf("GET %s: %d, want 200", path, c)
+		}
 	}
 	codes := make([]int, 8)
 	var wg sync.WaitGroup
@@ -65,8 +72,8 @@ func Smoke(t *testing.T, run RunFunc) {
 	for _, c := range codes {
 		count[c]++
 	}
-	if count[200] != 3 || count[429] != 5 {
-		t.Errorf("8 concurrent GET / answered %v, want 3 × 200 and 5 × 429", count)
+	if count[200] != 2 || count[429] != 6 {
+		t.Errorf("8 concurrent GET / answered %v, want 2 × 200 and 6 × 429", count)
 	}
 	for _, path := range []string{"/healthz", "/metrics"} {
 		if c := get(path); c != http.StatusOK {
