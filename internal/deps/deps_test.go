@@ -23,6 +23,8 @@ var heavy = []string{
 	"github.com/valyala/fasthttp",
 	"github.com/prometheus/",
 	"go.opentelemetry.io/",
+	"google.golang.org/grpc",
+	"google.golang.org/genproto",
 }
 
 var packages = []struct {
@@ -42,6 +44,8 @@ var packages = []struct {
 	{"fiberv3limit", "fiberv3limit", []string{"github.com/gofiber/fiber/v3", "github.com/valyala/fasthttp"}, []string{"core", "httplimit"}},
 	{"prommetrics", "prommetrics", []string{"github.com/prometheus/"}, []string{"core", "httplimit"}},
 	{"otelmetrics", "otelmetrics", []string{"go.opentelemetry.io/"}, []string{"core", "httplimit"}},
+	// (gRPC's go.mod requires OpenTelemetry, which grpclimit does not link.)
+	{"grpclimit", "grpclimit", []string{"google.golang.org/grpc", "google.golang.org/genproto", "go.opentelemetry.io/"}, []string{"core", "httplimit"}},
 }
 
 // TestDependencies: each package links only what its users expect, and

@@ -1,0 +1,61 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// UnaryClientInterceptor returns a client interceptor that keeps the
+// unary calls of every process sharing l's Redis within one quota of an
+// upstream (a partner API's 100 calls per second for the whole fleet): each
+// call first waits with l.WaitN(ctx, key, limit, 1), sleeping for the
+// RetryAfter Redis returns, and is made once admitted.
+//
+// A call is never made without a unit of the quota. One whose wait would
+// outlast its deadline fails at once, and one whose context ends while it
+// waits fails then, with codes.DeadlineExceeded or codes.Canceled. When
+// the Limiter fails, the call fails too: codes.Unavailable for Redis down
+// (or the circuit open), codes.DeadlineExceeded for Redis slower than the
+// Limiter's timeout, which core reports as it reports a wait too long for
+// the deadline. A quota an upstream enforces is not one to exceed while
+// Redis is away: give l core.WithLocalFallback to keep calling, each
+// process within its share of the limit, while Redis is down.
+//
+// It panics, at start-up, if l is nil, key is empty or limit is invalid.
+func UnaryClientInterceptor(l *core.Limiter, key string, limit core.Limit) grpc.UnaryClientInterceptor {
+	switch {
+	case l == nil:
+		panic("grpclimit: UnaryClientInterceptor: nil Limiter")
+	case key == "":
+		panic("grpclimit: UnaryClientInterceptor: empty key")
+	}
+	if err := limit.Validate(); err != nil {
+		panic("grpclimit: UnaryClientInterceptor: " + err.Error())
+	}
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, err := l.WaitN(ctx, key, limit, 1); err != nil {
+			return waitStatus(ctx, err).Err()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// waitStatus is the status of a call whose wait failed with err.
+func waitStatus(ctx context.Context, err error) *status.Status {
+	switch {
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err())
+	case errors.Is(err, context.DeadlineExceeded):
+		// The wait would outlast the deadline, or Redis was slower than
+		// the Limiter's timeout: core tells them apart by message only.
+		// Either way the call could not have been made in time.
+		return status.New(codes.DeadlineExceeded, "grpclimit: "+err.Error())
+	}
+	return status.New(codes.Unavailable, "grpclimit: rate limiter unavailable: "+err.Error())
+}
