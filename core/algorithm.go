@@ -53,8 +53,8 @@ type algorithm struct {
 	burst bool
 	// ids: every request names a permit (Concurrency).
 	ids bool
-	// args is the Limit as the script's ARGV lists it.
-	args func(params) []any
+	// args is the Limit as its algorithm's file lists it.
+	args func(params) []int64
 	// leaseLeft, for algorithms that can lease (see WithLeases), is how
 	// long units granted in r stay in the window they were counted in.
 	leaseLeft func(r Result, p params) time.Duration
@@ -66,14 +66,14 @@ var algorithms = [...]algorithm{
 	SlidingWindow: {name: "sliding_window", script: 2, suffixes: []string{":sw3", ":sw3m"}, source: slidingWindowLua,
 		args: windowArgs},
 	SlidingWindowCounter: {name: "sliding_window_counter", script: 3, suffixes: []string{":swc3"}, source: slidingWindowCounterLua,
-		args: func(p params) []any { return []any{p.period, p.rate, p.tick} },
+		args: func(p params) []int64 { return []int64{p.period, p.rate, p.tick} },
 		// Reset is the end of the next window once the current one counts.
 		leaseLeft: func(r Result, p params) time.Duration { return r.ResetAfter - time.Duration(p.period)*time.Microsecond }},
 	FixedWindow: {name: "fixed_window", script: 4, suffixes: []string{":fw3"}, source: fixedWindowLua,
 		args:      windowArgs,
 		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
 	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
-		burst: true, args: func(p params) []any { return []any{p.period, p.rate, p.capacity, p.maxDelay, p.tick} }},
+		burst: true, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick} }},
 	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,
 		ids: true, args: windowArgs},
 }
@@ -84,8 +84,8 @@ var algorithms = [...]algorithm{
 var calendarWindow = algorithm{name: "fixed_window", script: 7, suffixes: []string{":cw3"}, source: fixedWindowLua,
 	leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }}
 
-func bucketArgs(p params) []any { return []any{p.period, p.rate, p.capacity, p.tick} }
-func windowArgs(p params) []any { return []any{p.period, p.rate} }
+func bucketArgs(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.tick} }
+func windowArgs(p params) []int64 { return []int64{p.period, p.rate} }
 
 func (a Algorithm) known() bool { return int(a) < len(algorithms) }
 

@@ -87,7 +87,7 @@ func (c Calendar) next(s time.Time) time.Time {
 // [b[1], b[2]).
 type calendarWindows struct {
 	b    [4]int64
-	args []any // the calendar window's ARGV: rate, then b
+	args []int64 // the calendar window's Limit: rate, then b
 }
 
 func newCalendarWindows(l Limit, now time.Time) *calendarWindows {
@@ -99,7 +99,7 @@ func newCalendarWindows(l Limit, now time.Time) *calendarWindows {
 	prev := l.Calendar.start(cur.Add(-time.Nanosecond), loc)
 	next := l.Calendar.next(cur)
 	w := &calendarWindows{b: [4]int64{prev.UnixMicro(), cur.UnixMicro(), next.UnixMicro(), l.Calendar.next(next).UnixMicro()}}
-	w.args = []any{int64(l.Rate), w.b[0], w.b[1], w.b[2], w.b[3]}
+	w.args = []int64{int64(l.Rate), w.b[0], w.b[1], w.b[2], w.b[3]}
 	return w
 }
 

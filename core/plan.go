@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -88,18 +89,30 @@ func newPlan(limits []Limit, index []int) (*plan, error) {
 func (pl *plan) heads(w []*calendarWindows) (run, one []any) {
 	run = []any{len(pl.layers)}
 	for i, ly := range pl.layers {
-		var limit []any
+		var limit []int64
 		if w != nil && w[i] != nil {
 			limit = w[i].args
 		} else {
 			limit = ly.row.args(ly.p)
 		}
-		run = append(append(run, ly.row.script), limit...)
+		s := spec(ly.row.script, limit)
+		run = append(run, s)
 		if len(pl.layers) == 1 {
-			one = append([]any{ly.row.script}, limit...)
+			one = []any{s}
 		}
 	}
 	return run, one
+}
+
+// spec is a Limit as one ARGV string, "<script> <param> ...": the library
+// parses each spec once and keeps it (limit in scripts/prelude.lua), so a
+// call carries one argument per Limit and Redis converts no numbers for it.
+func spec(script int, limit []int64) string {
+	b := strconv.AppendInt(make([]byte, 0, 64), int64(script), 10)
+	for _, v := range limit {
+		b = strconv.AppendInt(append(b, ' '), v, 10)
+	}
+	return string(b)
 }
 
 func (pl *plan) calendar(now time.Time) *calendarArgs {

@@ -9,7 +9,7 @@
 -- State    one sorted set: member a permit's id (chosen by the client,
 --          unique), score the µs at which it lapses. The key's TTL is that
 --          of its latest permit.
--- Limit    ARGV: period µs (a permit's life without renewal), rate permits
+-- Limit    params (see limit in the prelude): period µs (a permit's life without renewal), rate permits
 --
 -- Every request names its permit (the driver passes the id). Work per call
 -- is O(log N) in the N permits: lapsed permits are counted out with ZCOUNT

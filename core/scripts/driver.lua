@@ -7,9 +7,8 @@
 --
 -- KEYS   for each caller key: each layer's state keys (as many as its
 --        algorithm takes), in layer order; all keys of a call share a slot
--- ARGV   L, the number of layers; for each layer its algorithm (Algorithm
---        + 1) and its Limit (as the algorithm's file lists it); then for
---        each caller key, in the order of KEYS: c, its number of requests,
+-- ARGV   L, the number of layers; for each layer its Limit, one string
+--        (see limit in the prelude); then for each caller key, in the order of KEYS: c, its number of requests,
 --        and c requests: code = n * 8 + mode (n units, mode as the prelude
 --        names them), then the stamp of the take for REFUND and RENEW, then
 --        the permit id when a layer's algorithm has ids (Concurrency)
@@ -29,13 +28,12 @@ local function run(keys, args)
   if not call then init() end
   now()
   local nl = tonumber(args[1])
-  local layers, a, ids = {}, 2, false
+  local layers, ids = {}, false
   for i = 1, nl do
-    local A = algorithms[tonumber(args[a])]
-    layers[i] = {A = A, p = A.params(args, a + 1)}
-    ids = ids or A.ids
-    a = a + 1 + A.nparams
+    layers[i] = limit(args[1 + i])
+    ids = ids or layers[i].A.ids
   end
+  local a = 2 + nl
   -- (MGET rather than GET: a key of another type, a Concurrency set,
   -- reads as nil instead of failing.)
   local vals = call('MGET', unpack(keys))
@@ -96,47 +94,34 @@ local function run(keys, args)
 end
 
 -- one is run for the common call, one request on one state under one
--- Limit, with less to read: ARGV the algorithm (Algorithm + 1), its Limit,
--- then the request as run takes it (code, stamp, id). The Limit's params,
--- parsed once, are kept while the same Limit comes back (a loaded library
--- keeps them between calls; a script, for the call).
-local last = {}
+-- Limit: ARGV its Limit, then the request as run takes it (code, stamp,
+-- id). The last code's n and mode are kept, as limit keeps the Limit.
+local last_code, last_n, last_mode
+local vals1 = {}
 
 local function one(keys, args)
   if not call then init() end
   now()
-  local A = algorithms[tonumber(args[1])]
-  local np, p = A.nparams, last.p
-  if last.A ~= A then
-    p = nil
-  else
-    for i = 1, np do
-      if args[1 + i] ~= last[i] then
-        p = nil
-        break
-      end
-    end
+  local l = limit(args[1])
+  local A, p = l.A, l.p
+  local a, n, mode = 2, last_n, last_mode
+  if args[2] ~= last_code then
+    local code = tonumber(args[2])
+    mode = code % 8
+    n = (code - mode) / 8
+    last_code, last_n, last_mode = args[2], n, mode
   end
-  if not p then
-    p = A.params(args, 2)
-    last.A, last.p = A, p
-    for i = 1, np do last[i] = args[1 + i] end
-  end
-  local a = np + 2
-  local code = tonumber(args[a])
-  local mode = code % 8
-  local n = (code - mode) / 8
   local stamp, id = 0, 0
   if mode == REFUND or mode == RENEW then
-    a = a + 1
-    stamp = tonumber(args[a])
+    a = 3
+    stamp = tonumber(args[3])
   end
-  if A.ids then id = args[a + 1] end
-  local vals
+  local vals = vals1
   if A.ids then
-    vals = {} -- (a set: its load reads it itself)
+    id = args[a + 1]
+    vals[1] = nil -- (a set: its load reads it itself)
   elseif A.nkeys == 1 then
-    vals = {call('GET', keys[1])}
+    vals[1] = call('GET', keys[1])
   else
     vals = call('MGET', unpack(keys))
   end

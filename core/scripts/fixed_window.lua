@@ -7,7 +7,7 @@
 --          "<start> <wend> <count>" (calendar windows): the window's start
 --          and end µs, the units admitted in it (above rate after the Limit
 --          was lowered, or in debt)
--- Limit    ARGV, period windows: period µs, rate units per window
+-- Limit    params (see limit in the prelude), period windows: period µs, rate units per window
 --          calendar windows: rate, then b1 < b2 < b3 < b4, the starts (µs)
 --          of four consecutive windows, the client's current one second
 --

@@ -6,7 +6,7 @@
 --          scaled units (1/scale of a unit; more than capacity while the
 --          queue is in debt, CHARGE), time µs at which queued was true,
 --          scale the period they were scaled by
--- Limit    ARGV: period in ticks / g, rate / g (the drain per tick in
+-- Limit    params (see limit in the prelude): period in ticks / g, rate / g (the drain per tick in
 --          scaled units), capacity units, max_delay µs (the longest delay to
 --          hand out; 0: only capacity bounds it), tick µs (1 unless the
 --          Limit is too large for µs to be exact); g = gcd(period ticks, rate)

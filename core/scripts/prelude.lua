@@ -47,7 +47,7 @@ local function now()
 end
 
 -- algorithms[Algorithm + 1] is an algorithm's table:
---   nkeys, nparams   how many KEYS one state takes, and ARGV its Limit takes
+--   nkeys, nparams   how many KEYS one state takes, and params its Limit has
 --   ids              every request carries a stamp (a permit's id)
 --   params(args, a)  the Limit read from args[a ..]
 --   load(keys, k, vals, p) the state in keys[k ..], whose string values
@@ -57,6 +57,31 @@ end
 --                    st.dirty when there is something to write
 --   save(st, p, reset, nonpeek) writes st (reset: µs until it is whole)
 local algorithms = {}
+
+-- limit returns the Limit that spec, one ARGV string, spells:
+-- "<Algorithm + 1> <param> ..." (the params as the algorithm's file lists
+-- them), as {A = its algorithm's table, p = its params}. Parsed once: a
+-- loaded library keeps the last 256 between calls, so the common call
+-- converts no number for its Limit (a script keeps them for its call).
+-- What it returns is shared: no caller changes it.
+local specs, nspecs = {}, 0
+
+local function limit(spec)
+  local l = specs[spec]
+  if l then return l end
+  local f = {}
+  for w in gmatch(spec, '%S+') do f[#f + 1] = w end
+  local A = algorithms[tonumber(f[1])]
+  if not A or #f ~= 1 + A.nparams then error('redlimit: malformed Limit "' .. spec .. '"') end
+  l = {A = A, p = A.params(f, 2)}
+  if nspecs == 256 then
+    specs = {}
+    nspecs = 0
+  end
+  specs[spec] = l
+  nspecs = nspecs + 1
+  return l
+end
 
 -- persist writes a string state, and returns the TTL it set (ms), or nil.
 -- A state that changed gets a TTL of exactly the time until its quota is

@@ -18,7 +18,7 @@
 --          the newest entry's w, the number of entries m; then at most 8
 --          credits, each r units refunded from the entry holding unit
 --          number S, which count no more until that entry leaves.
--- Limit    ARGV: period µs, rate units per window
+-- Limit    params (see limit in the prelude): period µs, rate units per window
 --
 -- The count in the window is T - trimmed - the credits. Entries leave in
 -- time order, each taking its units and its credits with it, so the count

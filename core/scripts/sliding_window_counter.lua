@@ -7,7 +7,7 @@
 --
 -- State    one string key, "<start> <count> <previous>": the current
 --          window's start µs, its count, the previous window's count
--- Limit    ARGV: period µs, rate units per window, tick µs (1 unless the
+-- Limit    params (see limit in the prelude): period µs, rate units per window, tick µs (1 unless the
 --          Limit is too large for µs to be exact)
 --
 -- The overlap is counted in whole ticks, rounded so that the previous

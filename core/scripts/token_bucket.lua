@@ -5,7 +5,7 @@
 --          units (1/scale of a token, so the refill per tick is an
 --          integer), negative while the bucket is in debt (CHARGE); time µs
 --          at which tokens was true; scale the period they were scaled by
--- Limit    ARGV: period in ticks / g, rate / g (the refill per tick in
+-- Limit    params (see limit in the prelude): period in ticks / g, rate / g (the refill per tick in
 --          scaled units), capacity tokens, tick µs (1 unless the Limit is
 --          too large for µs to be exact); g = gcd(period ticks, rate)
 --
@@ -18,58 +18,68 @@ local tb = {nkeys = 1, nparams = 4}
 
 function tb.params(args, a)
   local period, rate = tonumber(args[a]), tonumber(args[a + 1])
-  return {period = period, rate = rate, full = tonumber(args[a + 2]) * period, tick = tonumber(args[a + 3])}
+  -- (scale: the period as the spec spells it, which is how a state written
+  -- under this Limit spells its scale; comparing the strings saves a
+  -- tonumber on every call.)
+  return {period = period, rate = rate, full = tonumber(args[a + 2]) * period, tick = tonumber(args[a + 3]),
+    scale = args[a]}
 end
 
 function tb.load(keys, k, vals, p)
-  local st = {key = keys[k], now = clock, t = clock, tokens = p.full}
+  local full = p.full
+  -- (Every field is in the constructor: a table that grows rehashes.)
+  local st = {key = keys[k], now = clock, t = clock, tokens = full, period = p.period, found = false, dirty = false}
   local v = vals[k]
   if not v then return st end
   local tokens, t, scale = match(v, '^(%-?%d+) (%d+) (%d+)$')
   if not scale then corrupt(keys[k]) end
-  tokens, t, scale = tonumber(tokens), tonumber(t), tonumber(scale)
+  tokens, t = tonumber(tokens), tonumber(t)
   st.found = true
-  if scale ~= p.period then tokens = floor(tokens / scale * p.period) end
-  if t > clock then st.now = t end
-  tokens = min(tokens, p.full)
+  if scale ~= p.scale then tokens = floor(tokens / tonumber(scale) * p.period) end
+  local at = clock
+  if t > clock then at = t; st.now = t end
+  if tokens > full then tokens = full end
   -- Refill by whole ticks since t; the time keeps what is left of a tick.
-  local ticks = floor((st.now - t) / p.tick)
-  if tokens < p.full and ticks < ceil((p.full - tokens) / p.rate) then
-    st.tokens = tokens + ticks * p.rate
-    st.t = t + ticks * p.tick
+  local rate, tick = p.rate, p.tick
+  local ticks = floor((at - t) / tick)
+  if tokens < full and ticks < ceil((full - tokens) / rate) then
+    st.tokens = tokens + ticks * rate
+    st.t = t + ticks * tick
   else
-    st.t = st.now
+    st.t = at -- full (st.tokens)
   end
   return st
 end
 
 function tb.decide(st, p, n, mode, stamp)
-  local tokens, cost, granted = st.tokens, n * p.period, 0
-  if mode == REFUND then
+  local period, rate, tick, full = p.period, p.rate, p.tick, p.full
+  local tokens, granted = st.tokens, 0
+  local cost = n * period
+  if mode == CONSUME or mode == PEEK then
+    if tokens >= cost then granted = n end
+  elseif mode == REFUND then
     -- Had these units never been taken, the bucket would hold them now
     -- only as far as it has not refilled them since: each tick since the
     -- take is worth rate of them. So a late refund gives back less, and
     -- one after the bucket would have refilled anyway gives back nothing.
-    local give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate
-    if give > 0 then tokens = min(p.full, tokens + give) end
+    local give = cost - ceil(max(0, st.now - stamp) / tick) * rate
+    if give > 0 then tokens = min(full, tokens + give) end
   elseif mode == CHARGE then
     tokens = max(tokens - cost, -MAX_DEBT)
-  elseif mode == RENEW then
-    -- (nothing to keep)
-  elseif tokens >= cost then
-    granted = n
   elseif mode == ATMOST then
-    granted = max(0, floor(tokens / p.period))
-  end
-  if granted > 0 and mode ~= PEEK then tokens = tokens - granted * p.period end
+    granted = min(n, max(0, floor(tokens / period)))
+  end -- (RENEW: nothing to keep)
+  if granted > 0 and mode ~= PEEK then tokens = tokens - granted * period end
   if tokens ~= st.tokens then st.tokens, st.dirty = tokens, true end
   local retry, reset = 0, 0
   if granted == 0 and mode <= ATMOST then
-    if mode == ATMOST then cost = p.period end
-    retry = st.t + ceil((cost - tokens) / p.rate) * p.tick - clock
+    if mode == ATMOST then cost = period end
+    retry = st.t + ceil((cost - tokens) / rate) * tick - clock
   end
-  if tokens < p.full then reset = st.t + ceil((p.full - tokens) / p.rate) * p.tick - clock end
-  return granted, max(0, floor(tokens / p.period)), retry, reset, 0
+  if tokens < full then reset = st.t + ceil((full - tokens) / rate) * tick - clock end
+  local left = 0
+  if tokens > 0 then left = floor(tokens / period) end
+  return granted, left, retry, reset, 0
 end
 
 local function tb_encode(st)
@@ -77,7 +87,6 @@ local function tb_encode(st)
 end
 
 function tb.save(st, p, reset, nonpeek)
-  st.period = p.period
   persist(st, reset, nonpeek, tb_encode)
 end
 
