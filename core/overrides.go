@@ -22,19 +22,29 @@ import (
 //
 // Each instance caches what it read (found, not found, or unreadable) for
 // maxAge, so an override costs at most one extra round trip per name per
-// maxAge, not per request, even while Redis is down; each read is bounded by
-// 50ms when the client honours context deadlines (ContextTimeoutEnabled).
-// The cache holds the 10000 names used most recently. An Overrides is safe
-// for concurrent use.
+// maxAge, not per request, even while Redis is down: callers that miss the
+// same name at once share one read, which no caller's cancellation ends.
+// Each read is bounded by 50ms when the client honours context deadlines
+// (ContextTimeoutEnabled). The cache holds the 10000 names used most
+// recently. An Overrides is safe for concurrent use.
 type Overrides struct {
 	rdb    redis.UniversalClient
 	prefix string
 	maxAge time.Duration
 
-	mu    sync.Mutex
-	max   int
-	cache map[string]*list.Element // of *cachedLimit
-	lru   list.List                // most recently used first
+	mu      sync.Mutex
+	max     int
+	cache   map[string]*list.Element // of *cachedLimit
+	lru     list.List                // most recently used first
+	reading map[string]*overrideRead // names being read
+}
+
+// overrideRead is one read of a name, which its callers wait for.
+type overrideRead struct {
+	done  chan struct{}
+	limit Limit
+	found bool
+	err   error
 }
 
 type cachedLimit struct {
@@ -65,7 +75,7 @@ func NewOverrides(rdb redis.UniversalClient, prefix string, maxAge time.Duration
 		maxAge = time.Second
 	}
 	return &Overrides{rdb: rdb, prefix: escapeBraces.Replace(prefix) + ":override", maxAge: maxAge,
-		max: overridesMaxKeys, cache: make(map[string]*list.Element)}, nil
+		max: overridesMaxKeys, cache: make(map[string]*list.Element), reading: make(map[string]*overrideRead)}, nil
 }
 
 func (o *Overrides) key(name string) string {
@@ -105,38 +115,60 @@ func (o *Overrides) Delete(ctx context.Context, name string) error {
 // what it last knew (or not found) with the error, and does not ask again
 // before maxAge.
 func (o *Overrides) Get(ctx context.Context, name string) (limit Limit, found bool, err error) {
-	now := time.Now()
-	c, ok := o.cached(name)
-	if ok && now.Sub(c.fetched) < o.maxAge {
+	o.mu.Lock()
+	c, ok := o.cachedLocked(name)
+	if ok && time.Since(c.fetched) < o.maxAge {
+		o.mu.Unlock()
 		return c.limit, c.found, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, overridesTimeout)
+	rd := o.reading[name]
+	if rd == nil {
+		rd = &overrideRead{done: make(chan struct{})}
+		name = strings.Clone(name) // it may alias a buffer the framework reuses (fasthttp)
+		o.reading[name] = rd
+		go o.read(context.WithoutCancel(ctx), name, c, rd)
+	}
+	o.mu.Unlock()
+	select {
+	case <-rd.done:
+		return rd.limit, rd.found, rd.err
+	case <-ctx.Done():
+		return c.limit, c.found, fmt.Errorf("core: overrides: %w", ctx.Err())
+	}
+}
+
+// read asks Redis for name's override, caches what it learns and answers
+// rd's callers; last is what was known before.
+func (o *Overrides) read(ctx context.Context, name string, last cachedLimit, rd *overrideRead) {
+	now := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, overridesTimeout)
 	defer cancel()
-	v, err := o.rdb.Get(rctx, o.key(name)).Result()
+	rd.limit, rd.found = last.limit, last.found
+	v, err := o.rdb.Get(ctx, o.key(name)).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		o.remember(name, Limit{}, false, now)
-		return Limit{}, false, nil
+		rd.limit, rd.found = Limit{}, false
 	case err != nil:
 		// Keep enforcing what was last known (or the default), and while
 		// Redis fails do not ask again before maxAge: an outage must not
-		// cost a read a request. A caller that gave up proves nothing.
-		if redisFault(ctx, err) {
-			o.remember(name, c.limit, c.found, now)
+		// cost a read a request.
+		rd.err = fmt.Errorf("core: overrides: %w", err)
+	default:
+		var limit Limit
+		if err := limit.UnmarshalText([]byte(v)); err != nil {
+			rd.err = fmt.Errorf("core: overrides: %q: %w", name, err)
+		} else {
+			rd.limit, rd.found = limit, true
 		}
-		return c.limit, c.found, fmt.Errorf("core: overrides: %w", err)
 	}
-	if err := limit.UnmarshalText([]byte(v)); err != nil {
-		o.remember(name, c.limit, c.found, now)
-		return c.limit, c.found, fmt.Errorf("core: overrides: %q: %w", name, err)
-	}
-	o.remember(name, limit, true, now)
-	return limit, true, nil
+	o.mu.Lock()
+	o.rememberLocked(name, rd.limit, rd.found, now)
+	delete(o.reading, name)
+	o.mu.Unlock()
+	close(rd.done)
 }
 
-func (o *Overrides) cached(name string) (cachedLimit, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+func (o *Overrides) cachedLocked(name string) (cachedLimit, bool) {
 	e, ok := o.cache[name]
 	if !ok {
 		return cachedLimit{}, false
@@ -145,14 +177,23 @@ func (o *Overrides) cached(name string) (cachedLimit, bool) {
 	return *e.Value.(*cachedLimit), true
 }
 
-// remember caches what is known of name. When the cache is full it drops
-// the name used least recently: a spray of new names then pushes out only
-// names nobody asks for, never all of them at once.
 func (o *Overrides) remember(name string, l Limit, found bool, now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.rememberLocked(strings.Clone(name), l, found, now)
+}
+
+// rememberLocked caches what is known of name as of now, unless the cache
+// learned something later (a Set during a read). When the cache is full it
+// drops the name used least recently: a spray of new names then pushes out
+// only names nobody asks for, never all of them at once.
+func (o *Overrides) rememberLocked(name string, l Limit, found bool, now time.Time) {
 	if e, ok := o.cache[name]; ok {
-		*e.Value.(*cachedLimit) = cachedLimit{name: e.Value.(*cachedLimit).name, limit: l, found: found, fetched: now}
+		c := e.Value.(*cachedLimit)
+		if c.fetched.After(now) {
+			return
+		}
+		*c = cachedLimit{name: c.name, limit: l, found: found, fetched: now}
 		o.lru.MoveToFront(e)
 		return
 	}
@@ -160,7 +201,5 @@ func (o *Overrides) remember(name string, l Limit, found bool, now time.Time) {
 		old := o.lru.Remove(o.lru.Back()).(*cachedLimit)
 		delete(o.cache, old.name)
 	}
-	// The name may alias a buffer the framework reuses (fasthttp).
-	name = strings.Clone(name)
 	o.cache[name] = o.lru.PushFront(&cachedLimit{name: name, limit: l, found: found, fetched: now})
 }

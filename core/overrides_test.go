@@ -177,7 +177,9 @@ func TestOverridesMalformedStored(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strconv.Quote(tt.stored), func(t *testing.T) {
 			o := opsOverrides(t, rdb, prefix, time.Minute)
-			mr.Set(o.key("bad"), tt.stored)
+			if err := mr.Set(o.key("bad"), tt.stored); err != nil {
+				t.Fatal(err)
+			}
 			got, found, err := o.Get(ctx, "bad")
 			if !errors.Is(err, ErrInvalidLimit) {
 				t.Fatalf("Get = %+v, %v, %v; want an error wrapping ErrInvalidLimit", got, found, err)
@@ -195,7 +197,9 @@ func TestOverridesMalformedStored(t *testing.T) {
 	}
 	t.Run("well formed by hand", func(t *testing.T) {
 		o := opsOverrides(t, rdb, prefix, time.Minute)
-		mr.Set(o.key("good"), "  100/min   sliding_window  ")
+		if err := mr.Set(o.key("good"), "  100/min   sliding_window  "); err != nil {
+			t.Fatal(err)
+		}
 		got, found, err := o.Get(ctx, "good")
 		want := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Minute}
 		if err != nil || !found || got != want {
@@ -380,5 +384,77 @@ func TestOverridesCacheHasNoCliff(t *testing.T) {
 	mr.SetError("LOADING Redis is loading the dataset in memory")
 	if got, found, _ := o.Get(ctx, "tenant:gold"); !found || got != gold {
 		t.Errorf("gold with Redis down: %+v, %v; want its last known Limit", got, found)
+	}
+}
+
+// TestOverridesShareOneRead: the callers that miss one name while it is
+// being read wait for that read ("callers that miss the same name at once
+// share one read" in the Overrides doc), and a caller that gives up ends
+// only its own wait. The read in flight is planted, so no timing decides.
+func TestOverridesShareOneRead(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	var count opsCounter
+	rdb.AddHook(&count)
+	o := opsOverrides(t, rdb, opsPrefix(t), time.Hour)
+	rd := &overrideRead{done: make(chan struct{})}
+	o.mu.Lock()
+	o.reading["tenant"] = rd
+	o.mu.Unlock()
+
+	type got struct {
+		limit Limit
+		found bool
+		err   error
+	}
+	const callers = 50
+	results := make(chan got, callers)
+	for range callers {
+		go func() {
+			l, found, err := o.Get(context.Background(), "tenant")
+			results <- got{l, found, err}
+		}()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := o.Get(ctx, "tenant"); !errors.Is(err, context.Canceled) {
+		t.Errorf("Get with a cancelled context during the read = %v; want context.Canceled", err)
+	}
+	rd.limit, rd.found = PerSecond(3), true
+	close(rd.done)
+	for range callers {
+		if r := <-results; r.err != nil || !r.found || r.limit != PerSecond(3) {
+			t.Errorf("Get = %+v; want the shared read's 3/s", r)
+		}
+	}
+	if n := count.cmds.Load(); n != 0 {
+		t.Errorf("%d callers of a name being read sent %d commands; want none", callers, n)
+	}
+}
+
+// TestOverridesReadOutlivesItsCaller: the caller whose miss started a read
+// gives up; the read still completes and is cached for the next caller.
+func TestOverridesReadOutlivesItsCaller(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	prefix := opsPrefix(t)
+	if err := opsOverrides(t, rdb, prefix, 0).Set(context.Background(), "tenant", PerSecond(3), 0); err != nil {
+		t.Fatal(err)
+	}
+	var count opsCounter
+	rdb.AddHook(&count)
+	o := opsOverrides(t, rdb, prefix, time.Hour)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _, _ = o.Get(ctx, "tenant") // starts the read, returns at once
+	o.mu.Lock()
+	rd := o.reading["tenant"]
+	o.mu.Unlock()
+	if rd != nil {
+		<-rd.done
+	}
+	if l, found, err := o.Get(context.Background(), "tenant"); err != nil || !found || l != PerSecond(3) {
+		t.Errorf("Get after the first caller gave up = %v, %v, %v; want 3/s from the cache", l, found, err)
+	}
+	if n := count.cmds.Load(); n != 1 {
+		t.Errorf("sent %d commands; want the one read", n)
 	}
 }
