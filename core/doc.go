@@ -21,38 +21,64 @@
 // enforces the average rate. It is the arithmetic of x/time/rate's Limiter,
 // shared across processes.
 //
-// SlidingWindow admits at most Rate units in any window of length Period,
-// exactly. It logs each admitted request as one entry weighted by its cost,
-// with a running total, so a call costs O(log N) in the N requests of the
-// window (plus the entries it trims), and memory grows with those requests
-// (about 40 bytes each up to 128, about 120 beyond), never with their cost.
-// Pick it when the bound must be exact and the requests per window are
-// modest.
+// SlidingWindow admits at most Rate units in any window of length Period.
+// It logs each admitted request as an entry weighted by its cost, with
+// running totals, so memory grows with the requests in the window, never
+// with their cost. Up to 1024 requests per window (always, for Rate <=
+// 1024) each is an entry of its own and the bound is exact; beyond, a
+// request joins the newest entry when both fall in one 1024th of the
+// Period, so the log never holds more than 1025 entries, a call's work is
+// bounded whatever the rate, and a unit leaves the window at most
+// Period/1024 late (the strict side). Pick it when the bound must be
+// exact.
 //
 // SlidingWindowCounter approximates SlidingWindow in constant memory: the
 // count of the current fixed window plus the previous window's count
 // weighted by how much of it the sliding window still covers. Pick it for
 // large limits (10000 per hour per user) where a log would be big.
 //
-// FixedWindow counts per calendar-aligned window (epoch multiples of
-// Period). It is the cheapest, and the coarsest: up to 2*Rate can pass
-// around a window boundary.
+// FixedWindow counts per window aligned to the Unix epoch (multiples of
+// Period), or, with Limit.Calendar, per calendar day, ISO week or month in
+// Limit.Location (10000 per month, renewed at local midnight on the 1st,
+// whatever the month's length or a daylight-saving change). It is the
+// cheapest, and the coarsest: up to 2*Rate can pass around a window
+// boundary.
 //
 // LeakyBucket shapes instead of only limiting: requests leave at an even
 // pace of Rate per Period, each admitted with the Delay it must wait, while
 // at most Burst units are queued; Limit.MaxDelay caps the wait. Pick it in
 // front of a fragile downstream.
 //
+// Concurrency limits requests in flight rather than their rate: at most
+// Rate at once per key, each holding a permit from AllowN until Refund
+// gives it back (or Renew keeps it); a permit whose holder died lapses
+// after Period, so a crash never shrinks the limit for longer. Work per
+// call is O(log N) in the N permits held.
+//
+// Each algorithm keeps its own state: moving a key to another algorithm
+// starts it with a whole quota under the new one. A change of Rate,
+// Period or Burst under the same algorithm takes effect on the next call
+// and carries what was spent over (a lowered limit refuses until the
+// spending fits it).
+//
 // # Using it
 //
 // A Limiter is safe for concurrent use; make one per Redis client and share
 // it. AllowN decides and takes; AllowAtMost takes what fits; Peek reports
-// without taking; Refund gives back; Reset forgets a key; Wait blocks until
+// without taking; Refund gives back what a Result took, and Settle charges
+// what a request really cost once it is known (beyond what is left, as a
+// debt later requests wait out); Reset forgets a key; Wait blocks until
 // admitted; AllowLayers checks several limits of one key atomically. A
 // denial is a Result with Allowed false, never an error: errors are for
 // invalid arguments and Redis failures. Concurrent decisions of one group
 // of keys share script calls (see WithBatching), each decided exactly as
 // it would be alone.
+//
+// On Redis 7 the scripts are one function library, loaded once per node
+// (FUNCTION LOAD) and called with FCALL; elsewhere (older or managed
+// Redis, miniredis) each decision is an EVALSHA of the same Lua. A node
+// that lost the library (a restart, FUNCTION FLUSH) is answered by the
+// script at once while the library is loaded again.
 //
 // Keys are untrusted input: they are escaped so a caller cannot choose the
 // Redis Cluster hash tag, long keys are hashed, and any bytes work.
