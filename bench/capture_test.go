@@ -316,7 +316,11 @@ func captureOurs(lim core.Limit, opts ...core.Option) (call scriptCall, key stri
 	if err != nil {
 		return scriptCall{}, "", err
 	}
-	defer l.Close()
+	defer func() {
+		if cerr := l.Close(); err == nil {
+			err = cerr
+		}
+	}()
 	key = fmt.Sprintf("%s:capture%d", runPrefix, nsSeq.Add(1))
 	call, err = captureSettled(serverHasFunctions(), func(ctx context.Context) error {
 		_, err := l.Allow(ctx, key, lim)

@@ -275,10 +275,10 @@ func redisWindow() func() (redisDelta, error) {
 	}
 }
 
-// redisIdle is the server's CPU per second of wall time while this process
-// sends it nothing (its timers, and anyone else's traffic), over d, and the
-// bytes other clients sent it meanwhile.
-func redisIdle(d time.Duration) (cpuPerSec time.Duration, foreign int64, err error) {
+// redisIdle is cpu, the server's CPU time per second of wall time while
+// this process sends it nothing (its timers, and anyone else's traffic),
+// over d, and the bytes other clients sent it meanwhile.
+func redisIdle(d time.Duration) (cpu time.Duration, foreign int64, err error) {
 	win := redisWindow()
 	t0 := time.Now()
 	time.Sleep(d)

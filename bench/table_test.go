@@ -249,12 +249,10 @@ type tableRun struct {
 	rounds int
 	cells  map[string]series // by section/scenario/contender
 	// ceiling: redis-benchmark results by row, in first-seen order.
-	ceilCmds  []ceilingCommand
-	ceilPath  string
-	ceilRows  []string
-	ceil      map[string][]*ceiling
-	httpRuns  map[string][]*httpRun // by app/mode
-	httpOrder []string
+	ceilCmds []ceilingCommand
+	ceilPath string
+	ceil     map[string][]*ceiling
+	httpRuns map[string][]*httpRun // by app/mode
 }
 
 func (tr *tableRun) put(key string, round int, st *stats) {
@@ -879,7 +877,8 @@ func redactURL(s string) string {
 
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./:,@+%", r))
+		safe := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./:,@+%", r)
+		return !safe
 	}) < 0 {
 		return s
 	}

@@ -134,12 +134,12 @@ func TestBreakerIgnoresCallerErrors(t *testing.T) {
 // (see New); other clients have no slot map to reload.
 func TestNewReloadsClusterSlotsOnFaults(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}})
-	defer cluster.Close()
+	t.Cleanup(func() { _ = cluster.Close() })
 	if opsNew(t, cluster).breaker.onFault == nil {
 		t.Error("New(*redis.ClusterClient): no slot-map reload on faults")
 	}
 	single := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer single.Close()
+	t.Cleanup(func() { _ = single.Close() })
 	if opsNew(t, single).breaker.onFault != nil {
 		t.Error("New(*redis.Client): a reload hook on a client without slots")
 	}
@@ -155,7 +155,7 @@ func TestDefaultLoggerReportsOutage(t *testing.T) {
 	t.Cleanup(func() { slog.SetDefault(saved) })
 
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, ContextTimeoutEnabled: true})
-	defer rdb.Close()
+	t.Cleanup(func() { _ = rdb.Close() })
 	l, err := New(rdb)
 	if err != nil {
 		t.Fatal(err)

@@ -13,22 +13,28 @@ import (
 )
 
 // exampleRedis starts a miniredis whose clock stands still at a fixed
-// instant, so the examples print the same numbers on every run. In
-// production, rdb is a client for a real Redis or Redis Cluster, made with
+// instant, so the examples print the same numbers on every run, and
+// returns a client of it and a stop that closes both. In production, rdb
+// is a client for a real Redis or Redis Cluster, made with
 // ContextTimeoutEnabled.
-func exampleRedis() (*miniredis.Miniredis, *redis.Client) {
+func exampleRedis() (rdb *redis.Client, stop func()) {
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		panic(err)
 	}
 	mr.SetTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	return mr, redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	rdb = redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	return rdb, func() {
+		// Closing a client of a server that is going away has nothing to
+		// report that an example could act on.
+		_ = rdb.Close()
+		mr.Close()
+	}
 }
 
 func ExampleLimiter_Allow() {
-	mr, rdb := exampleRedis()
-	defer mr.Close()
-	defer rdb.Close()
+	rdb, stop := exampleRedis()
+	defer stop()
 
 	limiter, err := core.New(rdb)
 	if err != nil {
@@ -48,9 +54,8 @@ func ExampleLimiter_Allow() {
 }
 
 func ExampleLimiter_AllowN_denied() {
-	mr, rdb := exampleRedis()
-	defer mr.Close()
-	defer rdb.Close()
+	rdb, stop := exampleRedis()
+	defer stop()
 
 	limiter, _ := core.New(rdb)
 	ctx := context.Background()
@@ -74,9 +79,8 @@ func ExampleLimiter_AllowN_denied() {
 // A batch worker takes what the limit lets it, and gives back what it did
 // not use.
 func ExampleLimiter_AllowAtMost() {
-	mr, rdb := exampleRedis()
-	defer mr.Close()
-	defer rdb.Close()
+	rdb, stop := exampleRedis()
+	defer stop()
 
 	limiter, _ := core.New(rdb)
 	ctx := context.Background()
@@ -100,9 +104,8 @@ func ExampleLimiter_AllowAtMost() {
 }
 
 func ExampleLimiter_Allow_leakyBucket() {
-	mr, rdb := exampleRedis()
-	defer mr.Close()
-	defer rdb.Close()
+	rdb, stop := exampleRedis()
+	defer stop()
 
 	limiter, _ := core.New(rdb)
 	// Two requests per second leave the queue, at most four wait in it.
@@ -128,9 +131,8 @@ func ExampleLimiter_Allow_leakyBucket() {
 }
 
 func ExampleLimiter_AllowLayers() {
-	mr, rdb := exampleRedis()
-	defer mr.Close()
-	defer rdb.Close()
+	rdb, stop := exampleRedis()
+	defer stop()
 
 	limiter, _ := core.New(rdb)
 	ctx := context.Background()

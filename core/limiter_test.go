@@ -624,7 +624,7 @@ func TestNew(t *testing.T) {
 		}
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
+	t.Cleanup(func() { _ = rdb.Close() })
 	for _, tt := range []struct {
 		opt  Option
 		want string

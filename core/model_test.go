@@ -1122,7 +1122,9 @@ func (h *harness) probe(res Result, r modelRequest) {
 			h.fatalf("ResetAfter %v, yet 1µs before it the quota is already whole", res.ResetAfter)
 		}
 	}
-	if res.Allowed && r.mode != modePeek && !(h.lim.Algorithm == LeakyBucket && h.lim.MaxDelay > 0) {
+	// Under a MaxDelay a request is denied for its wait while units remain.
+	capped := h.lim.Algorithm == LeakyBucket && h.lim.MaxDelay > 0
+	if res.Allowed && r.mode != modePeek && !capped {
 		rem := int64(res.Remaining)
 		if rem > 0 {
 			if got := h.probeAt(0, modelRequest{n: rem, mode: modeConsume}); !got.Allowed {

@@ -129,7 +129,9 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 			Header:     http.Header{},
 			Body:       io.NopCloser(bytes.NewReader(bytes.Clone(ctx.Response.Body()))),
 		}
-		ctx.Response.Header.VisitAll(func(k, v []byte) { resp.Header.Add(string(k), string(v)) })
+		for k, v := range ctx.Response.Header.All() {
+			resp.Header.Add(string(k), string(v))
+		}
 		return resp
 	}
 }

@@ -372,8 +372,7 @@ func newRenewal(d *Decision) *renewal {
 	taken[len(taken)-1] = d.layers[len(d.layers)-1].Result
 	key, every := d.key, p.inflight.Period/2
 	r := &renewal{}
-	var renew func()
-	renew = func() {
+	renew := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		_, _ = p.limiter.RenewLayers(ctx, key, limits, taken)
 		cancel()

@@ -9,6 +9,7 @@
 // The instruments, with the default namespace "redlimit":
 //
 //	redlimit.decisions            counter {decision}  policy, algorithm, outcome
+//	redlimit.near_limit           counter {decision}  policy, algorithm
 //	redlimit.redis.errors         counter {error}     policy
 //	redlimit.decision.duration    histogram s         policy, algorithm
 //	redlimit.deny_cache.hits      counter {decision}  policy
@@ -17,10 +18,26 @@
 //	redlimit.redis.evicted_keys   gauge {key}         (WithLimiter)
 //
 // Exported to Prometheus, they become the same series as package
-// prommetrics writes (redlimit_decisions_total,
+// prommetrics writes (redlimit_decisions_total, redlimit_near_limit_total,
 // redlimit_decision_duration_seconds, ...). policy is the Policy's Name,
 // algorithm and outcome are core.Algorithm and httplimit.Outcome in
-// snake_case. The two gauges report core.Limiter.Health: whether its Redis
+// snake_case: every outcome httplimit defines, from allowed to in_flight.
+//
+// redlimit.near_limit counts the admitted requests that left at most a
+// fifth of their quota, as envoy's ratelimit counts near_limit: outcome
+// allowed and 5 × Result.Remaining <= the capacity of Decision.Limit
+// (core.Limit.Capacity), so of a capacity of 10, Remaining 2 counts and 3
+// does not. Divided by the allowed decisions, it shows a policy's clients
+// nearing their limits before they are denied. Its point is there at 0
+// from a policy's first allowed request. With httplimit.Config.Layers,
+// Result is the layer with the fewest units left, and that is what is
+// compared with the capacity of Decision.Limit. Never counted: the
+// InFlight permit (requests in flight, not a quota of units), the Global
+// (a ceiling shared by every key), denials (dry runs' included: over the
+// limit, not near it), and fallback decisions (their Remaining is this
+// instance's share of the quota, not the quota).
+//
+// The two gauges report core.Limiter.Health: whether its Redis
 // may evict the Limiter's keys (an evicted key is a fresh quota), and the
 // keys it has evicted.
 // No instrument is given the rate-limit key as an attribute: keys are
@@ -33,7 +50,10 @@ package otelmetrics
 
 import (
 	"context"
+	"encoding"
 	"fmt"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -97,6 +117,7 @@ func WithLimiter(l *core.Limiter) Option {
 // attribute sets are made once per policy.
 type Observer struct {
 	decisions   metric.Int64Counter
+	nearLimit   metric.Int64Counter
 	redisErrors metric.Int64Counter
 	duration    metric.Float64Histogram
 	cacheHits   metric.Int64Counter
@@ -108,17 +129,64 @@ type Observer struct {
 	mu       sync.Mutex // serializes writers of policies
 }
 
-const (
-	numAlgorithms = int(core.LeakyBucket) + 1
-	numOutcomes   = int(httplimit.OutcomeNoKey) + 1
+// The algorithms and outcomes core and httplimit define, counted from
+// their text forms (MarshalText fails for the first value past the last),
+// so that a new one is cached and listed without a change here.
+var (
+	numAlgorithms = known[core.Algorithm]()
+	numOutcomes   = known[httplimit.Outcome]()
+	outcomeNames  = names[httplimit.Outcome](numOutcomes)
 )
+
+// enum is a uint8 enumeration whose MarshalText fails for an undefined
+// value.
+type enum interface {
+	~uint8
+	encoding.TextMarshaler
+}
+
+// known counts the values of E from 0 up to the first it does not define.
+func known[E enum]() int {
+	n := 0
+	for n <= math.MaxUint8 {
+		if _, err := E(n).MarshalText(); err != nil {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// names lists the text forms of the first n values of E, comma-separated.
+func names[E enum](n int) string {
+	s := make([]string, n)
+	for i := range s {
+		b, _ := E(i).MarshalText()
+		s[i] = string(b)
+	}
+	return strings.Join(s, ", ")
+}
+
+// nearLimitShare: a request is near the limit when it left at most
+// 1/nearLimitShare of the capacity.
+const nearLimitShare = 5
+
+// nearLimit reports whether d counts as near the limit (see the package
+// documentation). prommetrics has the same rule.
+func nearLimit(d *httplimit.Decision) bool {
+	capacity := int64(d.Limit.Capacity())
+	return d.Outcome == httplimit.OutcomeAllowed && !d.Result.Fallback && capacity > 0 &&
+		nearLimitShare*int64(d.Result.Remaining) <= capacity
+}
 
 // policyAttrs holds the measurement options of one policy, each a ready
 // variadic slice, so that Add and Record are called without building one.
 type policyAttrs struct {
-	policy    []metric.AddOption                             // {policy}
-	decisions [numAlgorithms][numOutcomes][]metric.AddOption // {policy, algorithm, outcome}
-	duration  [numAlgorithms][]metric.RecordOption           // {policy, algorithm}
+	policy    []metric.AddOption      // {policy}
+	decisions [][]metric.AddOption    // {policy, algorithm, outcome}, by algorithm*numOutcomes + outcome
+	nearLimit [][]metric.AddOption    // {policy, algorithm}, by algorithm
+	nearSeen  []atomic.Bool           // by algorithm: near_limit has a point
+	duration  [][]metric.RecordOption // {policy, algorithm}, by algorithm
 }
 
 // New makes the instruments on meter. It fails only if meter refuses one.
@@ -145,7 +213,9 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		}
 	}
 	counter(&o.decisions, "decisions", "{decision}",
-		"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled, no_key).")
+		"Rate-limit decisions, by policy, algorithm and outcome ("+outcomeNames+").")
+	counter(&o.nearLimit, "near_limit", "{decision}",
+		"Allowed requests that left at most a fifth of their limit's capacity, by policy and algorithm.")
 	counter(&o.redisErrors, "redis.errors", "{error}",
 		"Decisions Redis failed (an error, a timeout or an open circuit breaker), by policy.")
 	counter(&o.cacheHits, "deny_cache.hits", "{decision}",
@@ -195,14 +265,27 @@ func (o *Observer) Observe(d httplimit.Decision) {
 	p := o.policy(d.Policy)
 	a := d.Limit.Algorithm
 	if int(a) < numAlgorithms && int(d.Outcome) < numOutcomes {
-		o.decisions.Add(ctx, 1, p.decisions[a][d.Outcome]...)
+		o.decisions.Add(ctx, 1, p.decisions[int(a)*numOutcomes+int(d.Outcome)]...)
 		o.duration.Record(ctx, d.Latency.Seconds(), p.duration[a]...)
+		switch {
+		case nearLimit(&d):
+			o.nearLimit.Add(ctx, 1, p.nearLimit[a]...)
+		case d.Outcome == httplimit.OutcomeAllowed && !p.nearSeen[a].Load():
+			// The series at 0 from the first allowed request, to divide by
+			// the allowed ones, as prommetrics has it. Read, not written,
+			// on every request: a shared line written by all would bounce.
+			o.nearLimit.Add(ctx, 0, p.nearLimit[a]...)
+			p.nearSeen[a].Store(true)
+		}
 	} else {
 		// An algorithm or outcome newer than this package: correct, not cached.
 		o.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy),
 			AlgorithmKey.String(a.String()), OutcomeKey.String(d.Outcome.String())))
 		o.duration.Record(ctx, d.Latency.Seconds(), metric.WithAttributes(PolicyKey.String(d.Policy),
 			AlgorithmKey.String(a.String())))
+		if nearLimit(&d) {
+			o.nearLimit.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy), AlgorithmKey.String(a.String())))
+		}
 	}
 	if d.RedisFault() {
 		o.redisErrors.Add(ctx, 1, p.policy...)
@@ -237,13 +320,21 @@ func (o *Observer) policy(name string) *policyAttrs {
 
 func newPolicyAttrs(name string) *policyAttrs {
 	pol := PolicyKey.String(name)
-	p := &policyAttrs{policy: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(pol))}}
+	p := &policyAttrs{
+		policy:    []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(pol))},
+		decisions: make([][]metric.AddOption, numAlgorithms*numOutcomes),
+		nearLimit: make([][]metric.AddOption, numAlgorithms),
+		nearSeen:  make([]atomic.Bool, numAlgorithms),
+		duration:  make([][]metric.RecordOption, numAlgorithms),
+	}
 	for a := range numAlgorithms {
 		alg := AlgorithmKey.String(core.Algorithm(a).String())
-		p.duration[a] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(pol, alg))}
+		byAlgorithm := metric.WithAttributeSet(attribute.NewSet(pol, alg))
+		p.duration[a] = []metric.RecordOption{byAlgorithm}
+		p.nearLimit[a] = []metric.AddOption{byAlgorithm}
 		for out := range numOutcomes {
 			set := attribute.NewSet(pol, alg, OutcomeKey.String(httplimit.Outcome(out).String()))
-			p.decisions[a][out] = []metric.AddOption{metric.WithAttributeSet(set)}
+			p.decisions[a*numOutcomes+out] = []metric.AddOption{metric.WithAttributeSet(set)}
 		}
 	}
 	return p

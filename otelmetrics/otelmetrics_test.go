@@ -48,7 +48,7 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]float64 {
 	key := func(name string, s attribute.Set) string {
 		var kv []string
 		for _, a := range s.ToSlice() {
-			kv = append(kv, string(a.Key)+`="`+a.Value.Emit()+`"`)
+			kv = append(kv, string(a.Key)+`="`+a.Value.String()+`"`)
 		}
 		slices.Sort(kv)
 		return name + "{" + strings.Join(kv, ",") + "}"
@@ -203,26 +203,89 @@ func TestPolicyOnMiniredis(t *testing.T) {
 		allowed  = `redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`
 		denied   = `redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`
 		open     = `redlimit.decisions{algorithm="token_bucket",outcome="failed_open",policy="api"}`
+		near     = `redlimit.near_limit{algorithm="token_bucket",policy="api"}`
 		errs     = `redlimit.redis.errors{policy="api"}`
 		duration = `redlimit.decision.duration{algorithm="token_bucket",policy="api"}`
 	)
-	metricstest.PolicyRun(t, o, metricstest.Series{Allowed: allowed, Denied: denied, FailedOpen: open, RedisErrors: errs, Duration: duration},
+	metricstest.PolicyRun(t, o, metricstest.Series{Allowed: allowed, Denied: denied, FailedOpen: open, NearLimit: near, RedisErrors: errs, Duration: duration},
 		func(t *testing.T) map[string]float64 { return collect(t, reader) })
 }
 
 // TestObserveAllocs pins that Observe itself allocates nothing once warm
-// (the noop meter adds nothing of its own, so any allocation is ours).
+// (the noop meter adds nothing of its own, so any allocation is ours): for
+// a denial, for an allowed request near the limit, and for the last
+// outcome and algorithm httplimit and core define, whose attribute sets
+// are made once like the others'.
 func TestObserveAllocs(t *testing.T) {
 	o, err := otelmetrics.New(noop.NewMeterProvider().Meter("test"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis,
-		Result: core.Result{Cached: true, Fallback: true}}
-	o.Observe(e)
-	if got := testing.AllocsPerRun(100, func() { o.Observe(e) }); got != 0 {
-		t.Errorf("Observe allocates %v times per call, want 0", got)
+	events := []httplimit.Decision{
+		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}},
+		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Limit: core.PerMinute(10), Result: core.Result{Allowed: true, Remaining: 1}},
+		{Policy: "api", Outcome: httplimit.OutcomeInFlight, Limit: core.Limit{Algorithm: core.Concurrency}},
 	}
+	for _, e := range events {
+		o.Observe(e)
+		if got := testing.AllocsPerRun(100, func() { o.Observe(e) }); got != 0 {
+			t.Errorf("Observe(%v, %v) allocates %v times per call, want 0", e.Outcome, e.Limit.Algorithm, got)
+		}
+	}
+}
+
+// TestNearLimit: redlimit.near_limit counts what metricstest.NearLimitCases
+// say, with the attributes policy and algorithm only.
+func TestNearLimit(t *testing.T) {
+	for _, tc := range metricstest.NearLimitCases {
+		t.Run(tc.Name, func(t *testing.T) {
+			o, r := newObserver(t)
+			o.Observe(tc.Decision)
+			key := `redlimit.near_limit{algorithm="` + tc.Decision.Limit.Algorithm.String() + `",policy="api"}`
+			want := 0.0
+			if tc.Near {
+				want = 1
+			}
+			got := collect(t, r)
+			if got[key] != want {
+				t.Errorf("%s = %v, want %v", key, got[key], want)
+			}
+			if _, ok := got[key]; !ok && tc.Decision.Outcome == httplimit.OutcomeAllowed {
+				t.Errorf("%s: no point after an allowed request, want one at %v", key, want)
+			}
+		})
+	}
+}
+
+func TestNearLimitOnPolicy(t *testing.T) {
+	o, r := newObserver(t)
+	metricstest.NearLimitRun(t, o, `redlimit.near_limit{algorithm="token_bucket",policy="api"}`,
+		func(t *testing.T) map[string]float64 { return collect(t, r) })
+}
+
+// TestDescriptionListsEveryOutcome: the description of redlimit.decisions
+// names every outcome httplimit defines, in order, in_flight included.
+func TestDescriptionListsEveryOutcome(t *testing.T) {
+	o, r := newObserver(t)
+	o.Observe(httplimit.Decision{Policy: "api"})
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := metricstest.Outcomes()
+	if !slices.Contains(outcomes, httplimit.OutcomeInFlight.String()) {
+		t.Fatalf("metricstest.Outcomes() = %q, without %q", outcomes, httplimit.OutcomeInFlight)
+	}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		if m.Name != "redlimit.decisions" {
+			continue
+		}
+		if want := "(" + strings.Join(outcomes, ", ") + ")"; !strings.Contains(m.Description, want) {
+			t.Errorf("description %q does not list the outcomes %s", m.Description, want)
+		}
+		return
+	}
+	t.Fatal("no redlimit.decisions collected")
 }
 
 // refusingMeter fails to make one instrument.

@@ -9,6 +9,7 @@
 // The metrics, with the default namespace "redlimit":
 //
 //	redlimit_decisions_total{policy,algorithm,outcome}        counter
+//	redlimit_near_limit_total{policy,algorithm}               counter
 //	redlimit_redis_errors_total{policy}                       counter
 //	redlimit_decision_duration_seconds{policy,algorithm}      histogram
 //	redlimit_deny_cache_hits_total{policy}                    counter
@@ -17,9 +18,29 @@
 //	redlimit_redis_evicted_keys                               gauge (WithLimiter)
 //
 // policy is the Policy's Name, algorithm and outcome are core.Algorithm and
-// httplimit.Outcome in snake_case. No metric is labelled by the rate-limit
-// key: keys are unbounded, and so would the series be. Policy names should
-// be a fixed set chosen in code, not derived from requests.
+// httplimit.Outcome in snake_case: every outcome httplimit defines, from
+// allowed to in_flight. No metric is labelled by the rate-limit key: keys
+// are unbounded, and so would the series be. Policy names should be a
+// fixed set chosen in code, not derived from requests.
+//
+// redlimit_near_limit_total counts the admitted requests that left at most
+// a fifth of their quota, as envoy's ratelimit counts near_limit: outcome
+// allowed and 5 × Result.Remaining <= the capacity of Decision.Limit
+// (core.Limit.Capacity), so of a capacity of 10, Remaining 2 counts and 3
+// does not. Its share of the allowed requests shows a policy's clients
+// nearing their limits before they are denied:
+//
+//	rate(redlimit_near_limit_total[5m])
+//	  / ignoring(outcome) rate(redlimit_decisions_total{outcome="allowed"}[5m])
+//
+// A policy's series starts at 0 with its first allowed request. With
+// httplimit.Config.Layers, Result is the layer with the fewest units left,
+// and that is what is compared with the capacity of Decision.Limit. Never
+// counted: the InFlight permit (requests in flight, not a quota of units),
+// the Global (a ceiling shared by every key), denials (dry runs' included:
+// over the limit, not near it), and fallback decisions (their Remaining
+// is this instance's share of the quota, not the quota).
+//
 // redlimit_redis_may_evict is 1 while the Limiter's Redis may evict its
 // keys (see core.Health.MayEvict): alert on it, since an evicted key is a
 // fresh quota. redlimit_redis_evicted_keys is Redis' evicted_keys as last
@@ -30,6 +51,9 @@
 package prommetrics
 
 import (
+	"encoding"
+	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -89,6 +113,7 @@ func WithLimiter(l *core.Limiter) Option {
 // policy, algorithm and outcome have been seen.
 type Collector struct {
 	decisions   *prometheus.CounterVec
+	nearLimit   *prometheus.CounterVec
 	redisErrors *prometheus.CounterVec
 	duration    *prometheus.HistogramVec
 	cacheHits   *prometheus.CounterVec
@@ -103,10 +128,55 @@ type Collector struct {
 	mu       sync.Mutex // serializes writers of policies
 }
 
-const (
-	numAlgorithms = int(core.LeakyBucket) + 1
-	numOutcomes   = int(httplimit.OutcomeNoKey) + 1
+// The algorithms and outcomes core and httplimit define, counted from
+// their text forms (MarshalText fails for the first value past the last),
+// so that a new one is cached and listed without a change here.
+var (
+	numAlgorithms = known[core.Algorithm]()
+	numOutcomes   = known[httplimit.Outcome]()
+	outcomeNames  = names[httplimit.Outcome](numOutcomes)
 )
+
+// enum is a uint8 enumeration whose MarshalText fails for an undefined
+// value.
+type enum interface {
+	~uint8
+	encoding.TextMarshaler
+}
+
+// known counts the values of E from 0 up to the first it does not define.
+func known[E enum]() int {
+	n := 0
+	for n <= math.MaxUint8 {
+		if _, err := E(n).MarshalText(); err != nil {
+			break
+		}
+		n++
+	}
+	return n
+}
+
+// names lists the text forms of the first n values of E, comma-separated.
+func names[E enum](n int) string {
+	s := make([]string, n)
+	for i := range s {
+		b, _ := E(i).MarshalText()
+		s[i] = string(b)
+	}
+	return strings.Join(s, ", ")
+}
+
+// nearLimitShare: a request is near the limit when it left at most
+// 1/nearLimitShare of the capacity.
+const nearLimitShare = 5
+
+// nearLimit reports whether d counts as near the limit (see the package
+// documentation). otelmetrics has the same rule.
+func nearLimit(d *httplimit.Decision) bool {
+	capacity := int64(d.Limit.Capacity())
+	return d.Outcome == httplimit.OutcomeAllowed && !d.Result.Fallback && capacity > 0 &&
+		nearLimitShare*int64(d.Result.Remaining) <= capacity
+}
 
 // policyMetrics holds one policy's children. The per-policy counters exist
 // from the start, so that rate() sees them at 0; the per-algorithm ones are
@@ -117,8 +187,9 @@ type policyMetrics struct {
 	redisErrors prometheus.Counter
 	cacheHits   prometheus.Counter
 	fallbacks   prometheus.Counter
-	decisions   [numAlgorithms][numOutcomes]atomic.Pointer[prometheus.Counter]
-	duration    [numAlgorithms]atomic.Pointer[prometheus.Observer]
+	decisions   []atomic.Pointer[prometheus.Counter]  // by algorithm*numOutcomes + outcome
+	nearLimit   []atomic.Pointer[prometheus.Counter]  // by algorithm
+	duration    []atomic.Pointer[prometheus.Observer] // by algorithm
 }
 
 // New returns a Collector. Register it with a prometheus.Registerer and set
@@ -136,8 +207,11 @@ func New(opts ...Option) *Collector {
 	}
 	c := &Collector{
 		decisions: counter("decisions_total",
-			"Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled, no_key).",
+			"Rate-limit decisions, by policy, algorithm and outcome ("+outcomeNames+").",
 			"policy", "algorithm", "outcome"),
+		nearLimit: counter("near_limit_total",
+			"Allowed requests that left at most a fifth of their limit's capacity, by policy and algorithm.",
+			"policy", "algorithm"),
 		redisErrors: counter("redis_errors_total",
 			"Decisions Redis failed (an error, a timeout or an open circuit breaker), by policy.",
 			"policy"),
@@ -168,6 +242,7 @@ func New(opts ...Option) *Collector {
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.decisions.Describe(ch)
+	c.nearLimit.Describe(ch)
 	c.redisErrors.Describe(ch)
 	c.duration.Describe(ch)
 	c.cacheHits.Describe(ch)
@@ -181,6 +256,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.decisions.Collect(ch)
+	c.nearLimit.Collect(ch)
 	c.redisErrors.Collect(ch)
 	c.duration.Collect(ch)
 	c.cacheHits.Collect(ch)
@@ -201,6 +277,14 @@ func (c *Collector) Observe(d httplimit.Decision) {
 	p := c.policy(d.Policy)
 	a := d.Limit.Algorithm
 	c.decision(p, a, d.Outcome).Inc()
+	if d.Outcome == httplimit.OutcomeAllowed {
+		// Made on the first allowed request, so that the series is there
+		// at 0 to divide by the allowed ones.
+		near := c.near(p, a)
+		if nearLimit(&d) {
+			near.Inc()
+		}
+	}
 	c.latency(p, a).Observe(d.Latency.Seconds())
 	if d.RedisFault() {
 		p.redisErrors.Inc()
@@ -228,6 +312,9 @@ func (c *Collector) policy(name string) *policyMetrics {
 		redisErrors: c.redisErrors.WithLabelValues(name),
 		cacheHits:   c.cacheHits.WithLabelValues(name),
 		fallbacks:   c.fallbacks.WithLabelValues(name),
+		decisions:   make([]atomic.Pointer[prometheus.Counter], numAlgorithms*numOutcomes),
+		nearLimit:   make([]atomic.Pointer[prometheus.Counter], numAlgorithms),
+		duration:    make([]atomic.Pointer[prometheus.Observer], numAlgorithms),
 	}
 	m := make(map[string]*policyMetrics, len(old)+1)
 	for k, v := range old {
@@ -246,11 +333,26 @@ func (c *Collector) decision(p *policyMetrics, a core.Algorithm, o httplimit.Out
 		// An algorithm or outcome newer than this package: correct, not cached.
 		return c.decisions.WithLabelValues(p.name, a.String(), o.String())
 	}
-	slot := &p.decisions[a][o]
+	slot := &p.decisions[int(a)*numOutcomes+int(o)]
 	if ctr := slot.Load(); ctr != nil {
 		return *ctr
 	}
 	ctr := c.decisions.WithLabelValues(p.name, a.String(), o.String())
+	slot.Store(&ctr)
+	return ctr
+}
+
+// near returns the near_limit_total child of p for a, made once as
+// decision's are.
+func (c *Collector) near(p *policyMetrics, a core.Algorithm) prometheus.Counter {
+	if int(a) >= numAlgorithms {
+		return c.nearLimit.WithLabelValues(p.name, a.String())
+	}
+	slot := &p.nearLimit[a]
+	if ctr := slot.Load(); ctr != nil {
+		return *ctr
+	}
+	ctr := c.nearLimit.WithLabelValues(p.name, a.String())
 	slot.Store(&ctr)
 	return ctr
 }

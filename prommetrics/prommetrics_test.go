@@ -164,8 +164,9 @@ func TestNoKeyLabelAndLint(t *testing.T) {
 	for range 100 {
 		c.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed})
 	}
-	// decisions, duration, and the three per-policy counters.
-	if got, want := testutil.CollectAndCount(c), 5; got != want {
+	// decisions, near_limit (made by the first allowed), duration, and the
+	// three per-policy counters.
+	if got, want := testutil.CollectAndCount(c), 6; got != want {
 		t.Errorf("CollectAndCount = %d, want %d", got, want)
 	}
 	problems, err := testutil.CollectAndLint(c)
@@ -183,23 +184,82 @@ func TestPolicyOnMiniredis(t *testing.T) {
 		allowed  = `redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`
 		denied   = `redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`
 		open     = `redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`
+		near     = `redlimit_near_limit_total{algorithm="token_bucket",policy="api"}`
 		errs     = `redlimit_redis_errors_total{policy="api"}`
 		duration = `redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`
 	)
-	metricstest.PolicyRun(t, c, metricstest.Series{Allowed: allowed, Denied: denied, FailedOpen: open, RedisErrors: errs, Duration: duration},
+	metricstest.PolicyRun(t, c, metricstest.Series{Allowed: allowed, Denied: denied, FailedOpen: open, NearLimit: near, RedisErrors: errs, Duration: duration},
 		func(t *testing.T) map[string]float64 { return gather(t, c) })
 }
 
 // TestObserveAllocs pins that Observe allocates nothing once its children
-// exist.
+// exist: for a denial, for an allowed request near the limit, and for the
+// last outcome and algorithm httplimit and core define.
 func TestObserveAllocs(t *testing.T) {
 	c := prommetrics.New()
-	e := httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis,
-		Result: core.Result{Cached: true, Fallback: true}}
-	c.Observe(e)
-	if got := testing.AllocsPerRun(100, func() { c.Observe(e) }); got != 0 {
-		t.Errorf("Observe allocates %v times per call, want 0", got)
+	events := []httplimit.Decision{
+		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}},
+		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Limit: core.PerMinute(10), Result: core.Result{Allowed: true, Remaining: 1}},
+		{Policy: "api", Outcome: httplimit.OutcomeInFlight, Limit: core.Limit{Algorithm: core.Concurrency}},
 	}
+	for _, e := range events {
+		c.Observe(e)
+		if got := testing.AllocsPerRun(100, func() { c.Observe(e) }); got != 0 {
+			t.Errorf("Observe(%v, %v) allocates %v times per call, want 0", e.Outcome, e.Limit.Algorithm, got)
+		}
+	}
+}
+
+// TestNearLimit: near_limit_total counts what metricstest.NearLimitCases
+// say, labelled by policy and algorithm only.
+func TestNearLimit(t *testing.T) {
+	for _, tc := range metricstest.NearLimitCases {
+		t.Run(tc.Name, func(t *testing.T) {
+			c := prommetrics.New()
+			c.Observe(tc.Decision)
+			key := `redlimit_near_limit_total{algorithm="` + tc.Decision.Limit.Algorithm.String() + `",policy="api"}`
+			want := 0.0
+			if tc.Near {
+				want = 1
+			}
+			if got := gather(t, c)[key]; got != want {
+				t.Errorf("%s = %v, want %v", key, got, want)
+			}
+		})
+	}
+}
+
+func TestNearLimitOnPolicy(t *testing.T) {
+	c := prommetrics.New()
+	metricstest.NearLimitRun(t, c, `redlimit_near_limit_total{algorithm="token_bucket",policy="api"}`,
+		func(t *testing.T) map[string]float64 { return gather(t, c) })
+}
+
+// TestHelpListsEveryOutcome: the help of decisions_total names every
+// outcome httplimit defines, in order, in_flight included.
+func TestHelpListsEveryOutcome(t *testing.T) {
+	c := prommetrics.New()
+	c.Observe(httplimit.Decision{Policy: "api"}) // a vector with no child gathers nothing
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes := metricstest.Outcomes()
+	if !slices.Contains(outcomes, httplimit.OutcomeInFlight.String()) {
+		t.Fatalf("metricstest.Outcomes() = %q, without %q", outcomes, httplimit.OutcomeInFlight)
+	}
+	for _, f := range families {
+		if f.GetName() != "redlimit_decisions_total" {
+			continue
+		}
+		if want := "(" + strings.Join(outcomes, ", ") + ")"; !strings.Contains(f.GetHelp(), want) {
+			t.Errorf("help %q does not list the outcomes %s", f.GetHelp(), want)
+		}
+		return
+	}
+	t.Fatal("no redlimit_decisions_total gathered")
 }
 
 func BenchmarkObserve(b *testing.B) {

@@ -18,13 +18,14 @@ import (
 // (each with the labels policy="api", algorithm="token_bucket" and, for
 // decisions, outcome).
 type Series struct {
-	Allowed, Denied, FailedOpen, RedisErrors, Duration string
+	Allowed, Denied, FailedOpen, NearLimit, RedisErrors, Duration string
 }
 
 // PolicyRun decides four requests with a Policy named "api" of 2 per second
 // on miniredis, Redis closed before the last, and after each checks the
-// series that read returns: two allowed, one denied, one failed open with
-// one Redis error, and one duration sample per decision.
+// series that read returns: two allowed, the second near the limit (none
+// left of 2), one denied, one failed open with one Redis error, and one
+// duration sample per decision.
 func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *testing.T) map[string]float64) {
 	t.Helper()
 	mr, rdb := redistest.Mini(t)
@@ -46,10 +47,10 @@ func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *test
 		outcome httplimit.Outcome
 		want    map[string]float64
 	}{
-		{"first", nil, httplimit.OutcomeAllowed, map[string]float64{s.Allowed: 1, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 1}},
-		{"second", nil, httplimit.OutcomeAllowed, map[string]float64{s.Allowed: 2, s.Denied: 0, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 2}},
-		{"third", nil, httplimit.OutcomeDenied, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 0, s.RedisErrors: 0, s.Duration: 3}},
-		{"redis gone", mr.Close, httplimit.OutcomeFailedOpen, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 1, s.RedisErrors: 1, s.Duration: 4}},
+		{"first", nil, httplimit.OutcomeAllowed, map[string]float64{s.Allowed: 1, s.Denied: 0, s.FailedOpen: 0, s.NearLimit: 0, s.RedisErrors: 0, s.Duration: 1}},
+		{"second", nil, httplimit.OutcomeAllowed, map[string]float64{s.Allowed: 2, s.Denied: 0, s.FailedOpen: 0, s.NearLimit: 1, s.RedisErrors: 0, s.Duration: 2}},
+		{"third", nil, httplimit.OutcomeDenied, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 0, s.NearLimit: 1, s.RedisErrors: 0, s.Duration: 3}},
+		{"redis gone", mr.Close, httplimit.OutcomeFailedOpen, map[string]float64{s.Allowed: 2, s.Denied: 1, s.FailedOpen: 1, s.NearLimit: 1, s.RedisErrors: 1, s.Duration: 4}},
 	}
 	for _, st := range steps {
 		if st.before != nil {
@@ -71,11 +72,11 @@ func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *test
 // request is an httplimit.Request from one client.
 type request struct{ ctx context.Context }
 
-func (r request) Context() context.Context  { return r.ctx }
-func (r request) RemoteAddr() string        { return "192.0.2.1:1234" }
+func (r request) Context() context.Context    { return r.ctx }
+func (r request) RemoteAddr() string          { return "192.0.2.1:1234" }
 func (r request) Header(name string) []string { return nil }
-func (r request) Method() string            { return "GET" }
-func (r request) Route() string             { return "/" }
+func (r request) Method() string              { return "GET" }
+func (r request) Route() string               { return "/" }
 
 // ErrRedis is a Redis failure for events that report one.
 var ErrRedis = errors.New("core: redis: connection refused")
@@ -111,4 +112,109 @@ func EvictingLimiter(t *testing.T) *core.Limiter {
 		t.Fatalf("Ping on a volatile-lru Redis: %+v, %v; want MayEvict", h, err)
 	}
 	return l
+}
+
+// Outcomes are the names of every httplimit.Outcome, read from String
+// (which names an undefined one "Outcome(N)"): what a help text that
+// lists the outcomes must name.
+func Outcomes() []string {
+	var names []string
+	for o := httplimit.Outcome(0); !strings.HasPrefix(o.String(), "Outcome("); o++ {
+		names = append(names, o.String())
+	}
+	return names
+}
+
+// NearLimitCase is a decision and whether the near-limit count takes it.
+type NearLimitCase struct {
+	Name     string
+	Decision httplimit.Decision // of policy "api"
+	Near     bool
+}
+
+// NearLimitCases pin the rule both exporters document: an allowed
+// request counts when 5 × Result.Remaining <= Decision.Limit's capacity.
+var NearLimitCases = []NearLimitCase{
+	{"capacity 10, 3 left", allowed(core.PerMinute(10), 3), false},
+	{"capacity 10, 2 left: the edge counts", allowed(core.PerMinute(10), 2), true},
+	{"capacity 10, none left", allowed(core.PerMinute(10), 0), true},
+	{"capacity 4, 1 left", allowed(core.PerMinute(4), 1), false},
+	{"capacity 4, none left", allowed(core.PerMinute(4), 0), true},
+	{"the capacity is the Burst: 20 of rate 1, 5 left", allowed(core.Limit{Rate: 1, Period: time.Second, Burst: 20}, 5), false},
+	{"the capacity is the Burst: 20 of rate 1, 4 left", allowed(core.Limit{Rate: 1, Period: time.Second, Burst: 20}, 4), true},
+	{"leaky bucket, queue 4 of 5 full", allowed(core.Limit{Algorithm: core.LeakyBucket, Rate: 5, Period: time.Second}, 1), true},
+	{"a large capacity, a fifth left", allowed(core.PerSecond(5_000_000), 1_000_000), true},
+	{"a large capacity, a fifth and one left", allowed(core.PerSecond(5_000_000), 1_000_001), false},
+	{"denied", with(allowed(core.PerMinute(10), 0), httplimit.OutcomeDenied, core.Result{RetryAfter: time.Second}), false},
+	{"refused for its InFlight permit", with(allowed(core.PerMinute(10), 1), httplimit.OutcomeInFlight, core.Result{Remaining: 1, RetryAfter: time.Second}), false},
+	{"canceled while it waited", with(allowed(core.PerMinute(10), 0), httplimit.OutcomeCanceled, core.Result{Allowed: true, Delay: time.Second}), false},
+	{"failed open", with(allowed(core.PerMinute(10), 0), httplimit.OutcomeFailedOpen, core.Result{}), false},
+	{"a fallback decision: this instance's share", with(allowed(core.PerMinute(10), 0), httplimit.OutcomeAllowed, core.Result{Allowed: true, Granted: 1, Fallback: true}), false},
+	{"no Limit (a Decision made by hand)", allowed(core.Limit{}, 0), false},
+}
+
+func allowed(l core.Limit, remaining int) httplimit.Decision {
+	return httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed, Limit: l,
+		Result: core.Result{Allowed: true, Granted: 1, Remaining: remaining}}
+}
+
+func with(d httplimit.Decision, o httplimit.Outcome, r core.Result) httplimit.Decision {
+	d.Outcome, d.Result = o, r
+	return d
+}
+
+// NearLimitRun decides 12 requests of one client with a Policy named "api"
+// of 10 per minute (a token bucket: capacity 10) and InFlight 1, on a
+// miniredis whose clock stands still, and after each checks near, the
+// exporter's near-limit series: the requests that leave 9 to 3 units do
+// not count, those that leave 2, 1 and 0 do; a request refused for its
+// InFlight permit does not, nor does the denial at the end.
+func NearLimitRun(t *testing.T, obs httplimit.Observer, near string, read func(t *testing.T) map[string]float64) {
+	t.Helper()
+	_, rdb := redistest.Mini(t)
+	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerMinute(10), InFlight: 1, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type step struct {
+		outcome   httplimit.Outcome
+		remaining int  // when allowed
+		hold      bool // keep the request in flight
+		release   bool // the held request ends first
+		near      float64
+	}
+	var steps []step
+	for left := 9; left >= 3; left-- {
+		steps = append(steps, step{httplimit.OutcomeAllowed, left, false, false, 0})
+	}
+	steps = append(steps,
+		step{httplimit.OutcomeAllowed, 2, true, false, 1},
+		step{httplimit.OutcomeInFlight, 0, false, false, 1},
+		step{httplimit.OutcomeAllowed, 1, false, true, 2},
+		step{httplimit.OutcomeAllowed, 0, false, false, 3},
+		step{httplimit.OutcomeDenied, 0, false, false, 3},
+	)
+	r := request{t.Context()}
+	var held httplimit.Decision
+	for i, st := range steps {
+		if st.release {
+			held.Finish(200)
+		}
+		d := p.Decide(r)
+		if d.Outcome != st.outcome || st.outcome == httplimit.OutcomeAllowed && d.Result.Remaining != st.remaining {
+			t.Fatalf("request %d: %v with %d left (err %v), want %v with %d", i+1, d.Outcome, d.Result.Remaining, d.Err, st.outcome, st.remaining)
+		}
+		if st.hold {
+			held = d
+		} else {
+			d.Finish(200)
+		}
+		if got := read(t)[near]; got != st.near {
+			t.Errorf("request %d (%v, %d left): %s = %v, want %v", i+1, d.Outcome, d.Result.Remaining, near, got, st.near)
+		}
+	}
 }

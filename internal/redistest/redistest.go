@@ -10,6 +10,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -175,17 +176,20 @@ func Main(m *testing.M) {
 
 // printSummary writes the lines for the terminal (/dev/tty) when there is
 // one, since go test hides the output of a package that passes, and to
-// stderr otherwise.
+// stderr otherwise, or when writing to the terminal fails: a skip must
+// never go unsaid.
 func printSummary(lines string) {
 	if lines == "" {
 		return
 	}
-	out := os.Stderr
 	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
-		out = tty
-		defer tty.Close()
+		_, werr := io.WriteString(tty, lines)
+		if cerr := tty.Close(); werr == nil && cerr == nil {
+			return
+		}
 	}
-	fmt.Fprint(out, lines)
+	// The last place to say it: a failed write here has nowhere to go.
+	_, _ = io.WriteString(os.Stderr, lines)
 }
 
 // pkgName is the test binary's package, from its name ("core.test").

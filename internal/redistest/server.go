@@ -36,8 +36,11 @@ func FreePort(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("finding a free port: %v", err)
 	}
-	defer ln.Close()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	if err := ln.Close(); err != nil {
+		t.Fatalf("freeing port %s: %v", port, err)
+	}
+	return port
 }
 
 // Server is a redis-server process started by a test, on a loopback port
@@ -121,7 +124,7 @@ func (s *Server) start() error {
 // waitReady polls PING until the server answers, for at most 10 s.
 func (s *Server) waitReady(exited chan struct{}) error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	defer c.Close()
+	defer func() { _ = c.Close() }() // a probe: its connections' fate is not the server's
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

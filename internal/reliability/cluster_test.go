@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -146,12 +148,12 @@ func TestClusterKeysSpreadOverAllMasters(t *testing.T) {
 		}
 		tag := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#", "%23").Replace(key)
 		want, _ := rdb.ClusterKeySlot(ctx, tag).Result()
-		got, _ := rdb.ClusterKeySlot(ctx, prefix+":{"+tag+"}:fw2").Result()
+		got, _ := rdb.ClusterKeySlot(ctx, prefix+":{"+tag+"}"+fwKey).Result()
 		if got != want {
 			t.Errorf("key %q: slot %d, want %d (the slot of its tag %q)", key, got, want, tag)
 		}
-		if n, _ := rdb.Exists(ctx, prefix+":{"+tag+"}:fw2").Result(); n != 1 {
-			t.Errorf("key %q: %s:{%s}:fw2 does not exist", key, prefix, tag)
+		if n, _ := rdb.Exists(ctx, prefix+":{"+tag+"}"+fwKey).Result(); n != 1 {
+			t.Errorf("key %q: %s:{%s}%s does not exist", key, prefix, tag, fwKey)
 		}
 	}
 }
@@ -161,16 +163,38 @@ func TestClusterKeysSpreadOverAllMasters(t *testing.T) {
 func shardOf(rdb *redis.ClusterClient, slot int64) (master, replica string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	slots, _ := rdb.ClusterSlots(ctx).Result()
-	for _, s := range slots {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			master = s.Nodes[0].Addr
-			if len(s.Nodes) > 1 {
-				replica = s.Nodes[1].Addr
+	master, replicas := slotNodes(rdb.ClusterShards(ctx), slot)
+	if len(replicas) > 0 {
+		replica = replicas[0]
+	}
+	return master, replica
+}
+
+// slotNodes returns the addresses of the master serving slot and of its
+// replicas in a CLUSTER SHARDS reply (go-redis deprecates CLUSTER SLOTS
+// for it). A node counts only while it is online or loading: CLUSTER
+// SHARDS also lists failed nodes, which CLUSTER SLOTS left out as
+// replicas, and a Redis that groups nodes by shard id may list a failed
+// old master beside the replica that took over from it.
+func slotNodes(cmd *redis.ClusterShardsCmd, slot int64) (master string, replicas []string) {
+	shards, _ := cmd.Result()
+	for _, sh := range shards {
+		if !slices.ContainsFunc(sh.Slots, func(r redis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
+			continue
+		}
+		for _, n := range sh.Nodes {
+			if n.Health != "online" && n.Health != "loading" {
+				continue
+			}
+			addr := net.JoinHostPort(n.Endpoint, strconv.FormatInt(n.Port, 10))
+			if n.Role == "master" {
+				master = addr
+			} else {
+				replicas = append(replicas, addr)
 			}
 		}
 	}
-	return master, replica
+	return master, replicas
 }
 
 // agreed waits until every node of the cluster says that master serves
@@ -182,13 +206,8 @@ func agreed(t *testing.T, slot int64, master, replica string) {
 		eventually(t, 30*time.Second, fmt.Sprintf("%s sees %s (replica %s) serve slot %d", addr, master, replica, slot), func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			slots, _ := c.ClusterSlots(ctx).Result()
-			for _, s := range slots {
-				if int64(s.Start) <= slot && slot <= int64(s.End) {
-					return len(s.Nodes) == 2 && s.Nodes[0].Addr == master && s.Nodes[1].Addr == replica
-				}
-			}
-			return false
+			m, replicas := slotNodes(c.ClusterShards(ctx), slot)
+			return m == master && slices.Equal(replicas, []string{replica})
 		})
 	}
 }

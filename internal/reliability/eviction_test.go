@@ -77,26 +77,39 @@ func TestEvictingRedisIsReported(t *testing.T) {
 // its maxmemory refuses the scripts' writes (OOM). That is a Redis fault:
 // fail closed answers 503, fail open serves without headers, the breaker
 // counts it and the outage is logged.
+//
+// Redis must stay over its maxmemory by far more than memory moves by
+// itself. Filling a Redis up to its first OOM does not: used_memory then
+// sits within one write of maxmemory, and falls below it a moment later
+// when Redis frees the refused write's argument and shrinks the idle
+// clients' buffers (clientsCron, tens of KB), so a script's small write
+// passed again, at random (a 200 with headers where fail closed wants 503).
+// So the data goes in first, 2 MiB of it, and maxmemory is set to 1 MiB
+// afterwards: the values alone keep used_memory a whole MiB over.
 func TestNoevictionOverMemoryFollowsFailPolicy(t *testing.T) {
-	s := redistest.StartServer(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	const data, maxmemory = 2 << 20, 1 << 20
+	s := redistest.StartServer(t, "--maxmemory-policy", "noeviction")
 	rdb := s.Client(t, nil)
 	ctx := context.Background()
 	value := strings.Repeat("x", 64<<10)
-	for i := 0; ; i++ {
-		err := rdb.Set(ctx, "data:"+strconv.Itoa(i), value, 0).Err()
-		if err != nil && strings.HasPrefix(err.Error(), "OOM") {
-			break
-		}
-		if err != nil || i > 1000 {
+	for i := range data / len(value) {
+		if err := rdb.Set(ctx, "data:"+strconv.Itoa(i), value, 0).Err(); err != nil {
 			t.Fatalf("filling Redis: write %d: %v", i, err)
 		}
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", strconv.Itoa(maxmemory)).Err(); err != nil {
+		t.Fatalf("CONFIG SET maxmemory: %v", err)
+	}
+	// The smallest write is refused, or the subtests would test nothing.
+	if err := rdb.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("a 1-byte SET over maxmemory: %v, want an OOM error", err)
 	}
 
 	logs := &logRecorder{}
 	lim := newLimiter(t, rdb, core.WithLogger(slog.New(logs)))
 	h, err := lim.Ping(ctx)
-	if err != nil || h.MayEvict || h.MaxMemoryPolicy != "noeviction" {
-		t.Fatalf("Ping: %+v, %v; want noeviction, no risk", h, err)
+	if err != nil || h.MayEvict || h.MaxMemoryPolicy != "noeviction" || h.MaxMemory != maxmemory {
+		t.Fatalf("Ping: %+v, %v; want noeviction with %d bytes, no risk", h, err, maxmemory)
 	}
 	for _, fail := range []httplimit.FailPolicy{httplimit.FailClosed, httplimit.FailOpen} {
 		t.Run(fail.String(), func(t *testing.T) {
