@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"sync"
 	"time"
 )
@@ -26,8 +27,18 @@ import (
 // An outage starts every key at its share of the capacity, whatever it
 // held before, and a share below one unit (more instances than capacity)
 // is not rounded up: it accrues at the share of the rate until a whole
-// unit is there. So across the instances, each key is admitted at most its
-// Capacity plus Rate per Period for the time since the outage began.
+// unit is there. So across the instances, each key of a bucket algorithm
+// is admitted at most its Capacity plus Rate per Period for the time since
+// the outage began; a key of a window algorithm, whose instances' buckets
+// are half their share at half its rate, at most Rate in any Period.
+//
+// The sketch cannot see Redis answer between outages, so it takes a quiet
+// spell without fallback decisions for the end of one: for a Limit, a
+// spell longer than outageGap and than the time its share takes to refill
+// from empty. A shorter spell cannot tell an instance that Redis came back
+// from one whose client waits out a RetryAfter (never longer than that
+// refill), and restarting then would put a fraction of a unit back to the
+// start of its accrual each time: such a client would be refused for ever.
 //
 // The seed is random per process, so a client cannot choose keys that
 // collide.
@@ -37,17 +48,23 @@ type sketch struct {
 	seed      maphash.Seed
 	start     time.Time // cells hold TATs in µs since start (monotonic)
 
-	mu    sync.Mutex
-	cells []int64 // sketchDepth rows of width cells
-	since int64   // the outage began, µs since start
-	last  int64   // the last fallback decision, µs since start
+	mu     sync.Mutex
+	cells  []int64 // sketchDepth rows of width cells
+	starts []spell // the decisions that followed a quiet spell (see begin)
+	last   int64   // the last fallback decision, µs since start
 }
+
+// spell is a fallback decision at (µs since start) that came after quiet
+// µs without one: the start of a new outage for the Limits whose share
+// refills from empty sooner than that (see since).
+type spell struct{ at, quiet int64 }
 
 const (
 	sketchDepth = 4
-	// outageGap is the quiet time after which a fallback decision starts a
-	// new outage: every key starts at its share again, which never gives
-	// more than carrying on would.
+	// outageGap is the least quiet time after which a fallback decision
+	// starts a new outage: every key starts at its share again, which never
+	// gives more than carrying on would. A Limit whose share takes longer
+	// to refill needs a longer spell (see since).
 	outageGap = time.Second
 	// saturate caps the sketch's times (µs), far beyond any wait, so no
 	// sum overflows.
@@ -63,24 +80,59 @@ func newSketch(instances, maxKeys int) *sketch {
 		start: time.Now(), cells: make([]int64, sketchDepth*width), last: -saturate}
 }
 
-// share is key's bucket in this instance.
+// share is key's bucket in this instance. Its times are exact integers
+// (µs), rounded to the strict side, so that the instances together never
+// admit a unit early, not even by a µs.
 type share struct {
-	units    float64 // what the bucket holds when full: the share, or one unit if the share is less
+	part     float64 // the share of the capacity, in units: Capacity / instances
+	most     int     // the largest cost the bucket holds: part's whole units, at least 1
 	interval int64   // µs for one unit to accrue: Period × instances / Rate, rounded up
-	tau      int64   // µs for the bucket to refill from empty: units × interval
-	initial  int64   // µs of the bucket an outage starts with empty: (units - share) × interval
+	tau      int64   // µs for the bucket to refill from empty: part × interval (one unit's if less), rounded down
+	initial  int64   // µs of the bucket an outage starts with empty: (1 - part) × interval if part < 1, rounded up
 }
 
 func (s *sketch) shareOf(limit Limit) share {
-	part := float64(limit.Capacity()) / float64(s.instances)
-	period := float64(limit.Period)
-	if limit.Calendar != NoCalendar {
-		period = float64(31 * 24 * time.Hour) // the longest calendar window
+	n, c := int64(s.instances), int64(limit.Capacity())
+	if limit.Algorithm != TokenBucket && limit.Algorithm != LeakyBucket {
+		// A bucket of capacity C refilled at R per Period admits up to C
+		// + R within one Period; a window allows only its Rate: so each
+		// instance's bucket is half the share, at half its rate.
+		n *= 2
 	}
-	interval := min(math.Ceil(period/float64(time.Microsecond)*float64(s.instances)/float64(limit.Rate)), float64(saturate))
-	units := max(part, 1)
-	return share{units: units, interval: int64(interval), tau: int64(min(units*interval, float64(saturate))),
-		initial: int64(min((units-part)*interval, float64(saturate)))}
+	period := limit.Period.Microseconds()
+	if limit.Period%time.Microsecond != 0 {
+		period++ // as the scripts round it
+	}
+	if limit.Calendar != NoCalendar {
+		period = (31 * 24 * time.Hour).Microseconds() // the longest calendar window
+	}
+	sh := share{part: float64(c) / float64(n), interval: mulDiv(period, n, int64(limit.Rate), true)}
+	if c >= n {
+		sh.most, sh.tau = int(c/n), mulDiv(c, sh.interval, n, false)
+	} else {
+		sh.most, sh.tau, sh.initial = 1, sh.interval, mulDiv(n-c, sh.interval, n, true)
+	}
+	if sh.tau >= saturate {
+		// Beyond the sketch's clock: the bucket holds what fits in it.
+		k := saturate / sh.interval
+		sh.most, sh.tau = int(min(int64(sh.most), k)), k*sh.interval
+	}
+	return sh
+}
+
+// mulDiv is a × b / c (all > 0), rounded up or down, at most saturate.
+func mulDiv(a, b, c int64, up bool) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if up {
+		var carry uint64
+		lo, carry = bits.Add64(lo, uint64(c-1), 0)
+		hi += carry
+	}
+	if hi >= uint64(c) {
+		return saturate // the quotient does not fit in 64 bits
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, uint64(saturate)))
 }
 
 func (s *sketch) index(key string) (idx [sketchDepth]uint64) {
@@ -99,7 +151,23 @@ func (s *sketch) tat(idx [sketchDepth]uint64, sh share) int64 {
 	for _, i := range idx {
 		t = min(t, s.cells[i])
 	}
-	return max(t, s.since+sh.initial)
+	return max(t, s.since(sh.tau)+sh.initial)
+}
+
+// since is when the outage began (µs since start) for a share that
+// refills from empty in tau µs: at the latest decision that followed a
+// quiet spell longer than outageGap and than tau. A denial never asks for
+// a longer wait than tau (for a key that shares no cell with a slower
+// one), so a client that waits it out, and comes back to a quiet
+// instance, is still in the outage that told it to wait. s.mu is held.
+func (s *sketch) since(tau int64) int64 {
+	least := max(outageGap.Microseconds(), tau)
+	for i := len(s.starts) - 1; i > 0; i-- {
+		if s.starts[i].quiet > least {
+			return s.starts[i].at
+		}
+	}
+	return s.starts[0].at // the first decision, after no other
 }
 
 // raise records a new TAT for key. s.mu is held.
@@ -111,8 +179,8 @@ func (s *sketch) raise(idx [sketchDepth]uint64, tat int64) {
 
 // errOverShare explains a cost that the fallback can never admit.
 func errOverShare(n int, sh share) error {
-	return fmt.Errorf("%w: n = %d exceeds this instance's fallback share of %.4g units while Redis is unavailable",
-		ErrInvalidCost, n, sh.units)
+	return fmt.Errorf("%w: n = %d exceeds this instance's fallback share of %.4g units (at most %d at once) while Redis is unavailable",
+		ErrInvalidCost, n, sh.part, sh.most)
 }
 
 func micros(us int64) time.Duration {
@@ -129,27 +197,37 @@ func (s *sketch) decideAt(idx [sketchDepth]uint64, sh share, n int, atMost bool,
 	if atMost {
 		k = min(n, fits)
 	}
+	// No sum overflows: now < 2^53, tat <= now + tau and n × interval
+	// <= tau <= saturate = 2^60 (n <= most).
 	if k >= 1 && k <= fits {
 		r.Allowed, r.Granted = true, k
-		tat = min(tat+int64(k)*sh.interval, saturate)
+		tat += int64(k) * sh.interval
 		fits -= k
 	} else {
 		need := int64(n)
 		if atMost {
 			need = 1
 		}
-		r.RetryAfter = micros(max(1, min(tat+need*sh.interval, saturate)-sh.tau-now))
+		r.RetryAfter = micros(max(1, tat+need*sh.interval-sh.tau-now))
 	}
 	r.Remaining = max(0, fits)
 	r.ResetAfter = micros(tat - now)
 	return r, tat
 }
 
-// begin notes a fallback decision at now (µs), which starts an outage
-// after a quiet spell. s.mu is held.
+// begin notes a fallback decision at now (µs): after a quiet spell of at
+// least outageGap, it may start a new outage (see since). Of the spells,
+// it keeps, newest last, each that was longer than every later one, one
+// per power of two of µs: at most 64. Dropping an older spell of the same
+// power of two as a shorter, newer one only ever lets a Limit carry on
+// from an earlier start, never restart it sooner. s.mu is held.
 func (s *sketch) begin(now int64) {
-	if now-s.last >= outageGap.Microseconds() {
-		s.since = now
+	if quiet := now - s.last; quiet >= outageGap.Microseconds() {
+		n := len(s.starts)
+		for n > 0 && bits.Len64(uint64(s.starts[n-1].quiet)) <= bits.Len64(uint64(quiet)) {
+			n--
+		}
+		s.starts = append(s.starts[:n], spell{now, quiet})
 	}
 	s.last = now
 }
@@ -162,7 +240,7 @@ func (s *sketch) decide(keys []string, rq *request, now time.Time, out []Result)
 	idx := make([][sketchDepth]uint64, len(pl.layers))
 	for i, ly := range pl.layers {
 		shares[i] = s.shareOf(ly.limit)
-		if float64(rq.n) > shares[i].units && rq.mode != modeAtMost {
+		if rq.n > shares[i].most && rq.mode != modeAtMost {
 			if len(pl.layers) > 1 {
 				return fmt.Errorf("layer %d: %w", i, errOverShare(rq.n, shares[i]))
 			}

@@ -128,11 +128,12 @@ func TestAllowSteps(t *testing.T) {
 			{time.Second, 3, true, 0, 0, 0}, // drained: leaves at once
 		}},
 		{"leaky bucket max delay", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, MaxDelay: 250 * time.Millisecond}, []allow{
-			{0, 1, true, 9, 0, 0},
-			{0, 1, true, 8, 0, 100 * time.Millisecond},
-			{0, 1, true, 7, 0, 200 * time.Millisecond},
-			{0, 1, false, 7, 50 * time.Millisecond, 0}, // 300ms > 250ms
-			{50 * time.Millisecond, 1, true, 6, 0, 250 * time.Millisecond},
+			// Remaining counts what MaxDelay still lets in, not queue room.
+			{0, 1, true, 2, 0, 0},
+			{0, 1, true, 1, 0, 100 * time.Millisecond},
+			{0, 1, true, 0, 0, 200 * time.Millisecond},
+			{0, 1, false, 0, 50 * time.Millisecond, 0}, // 300ms > 250ms
+			{50 * time.Millisecond, 1, true, 0, 0, 250 * time.Millisecond},
 		}},
 		{"leaky bucket 1 per hour", with(PerHour(1), LeakyBucket), []allow{
 			{0, 1, true, 0, 0, 0},

@@ -180,6 +180,25 @@ func (m *refModel) admits(a refAlg, clock, n int64) bool {
 	return m.maxDelay == 0 || m.delayAt(a, clock) <= m.maxDelay
 }
 
+// remaining is what a Result reports: the units that still fit at clock.
+// Under a MaxDelay, that is the requests of 1 that would pass one after
+// another at clock, counted by making them on a copy.
+func (m *refModel) remaining(a refAlg, clock int64) int64 {
+	now := a.effective(clock)
+	if a.blocked(now) {
+		return 0
+	}
+	if m.maxDelay == 0 {
+		return a.remaining(now)
+	}
+	c, k := a.clone(), int64(0)
+	for k < m.capacity && m.admits(c, clock, 1) {
+		c.commit(now, 1)
+		k++
+	}
+	return k
+}
+
 // whole reports whether the quota is whole at clock.
 func (m *refModel) whole(a refAlg, clock int64) bool {
 	now := a.effective(clock)
@@ -219,10 +238,7 @@ func (m *refModel) decide(clock, n int64, mode int, stamp int64) refResult {
 		}
 		r.retry = firstTrue(clock, func(c int64) bool { return m.admits(a, c, need) })
 	}
-	r.remaining = 0
-	if !a.blocked(a.effective(clock)) {
-		r.remaining = a.remaining(a.effective(clock))
-	}
+	r.remaining = m.remaining(a, clock)
 	r.reset = firstTrue(clock, func(c int64) bool { return m.whole(a, c) })
 	switch {
 	case a.gone(clock):
@@ -1100,6 +1116,12 @@ func (h *harness) probe(res Result, r modelRequest) {
 	h.t.Helper()
 	us := func(d time.Duration) int64 { return int64(d / time.Microsecond) }
 	capacity := int64(h.lim.Capacity())
+	// Under a MaxDelay, Remaining counts the requests of 1 that still pass
+	// one after another (each waits longer), while one request of n waits
+	// only for the queue ahead: whole is the most that can be Remaining,
+	// and it may be reached before the queue is empty.
+	capped := h.lim.Algorithm == LeakyBucket && h.lim.MaxDelay > 0
+	whole := int64(wholeRemaining(h.lim))
 	peek := modelRequest{n: 1, mode: modePeek}
 	if !res.Allowed {
 		again := r
@@ -1115,23 +1137,21 @@ func (h *harness) probe(res Result, r modelRequest) {
 		}
 	}
 	if reset := us(res.ResetAfter); reset > 0 {
-		if got := h.probeAt(reset, peek); got.Remaining != int(capacity) {
-			h.fatalf("ResetAfter %v, yet after it Remaining is %d, want %d", res.ResetAfter, got.Remaining, capacity)
+		if got := h.probeAt(reset, peek); got.Remaining != int(whole) {
+			h.fatalf("ResetAfter %v, yet after it Remaining is %d, want %d", res.ResetAfter, got.Remaining, whole)
 		}
-		if got := h.probeAt(reset-1, peek); got.Remaining == int(capacity) {
+		if got := h.probeAt(reset-1, peek); got.Remaining == int(capacity) && !capped {
 			h.fatalf("ResetAfter %v, yet 1µs before it the quota is already whole", res.ResetAfter)
 		}
 	}
-	// Under a MaxDelay a request is denied for its wait while units remain.
-	capped := h.lim.Algorithm == LeakyBucket && h.lim.MaxDelay > 0
-	if res.Allowed && r.mode != modePeek && !capped {
+	if res.Allowed && r.mode != modePeek {
 		rem := int64(res.Remaining)
 		if rem > 0 {
 			if got := h.probeAt(0, modelRequest{n: rem, mode: modeConsume}); !got.Allowed {
 				h.fatalf("Remaining %d, yet AllowN(%d) right after is denied", rem, rem)
 			}
 		}
-		if rem < capacity {
+		if rem < capacity && !capped {
 			if got := h.probeAt(0, modelRequest{n: rem + 1, mode: modeConsume}); got.Allowed {
 				h.fatalf("Remaining %d, yet AllowN(%d) right after passes", rem, rem+1)
 			}
@@ -1140,6 +1160,16 @@ func (h *harness) probe(res Result, r modelRequest) {
 }
 
 // checkInvariants checks what every Result promises, whatever the algorithm.
+// wholeRemaining is the Remaining of a key at rest: its capacity, or,
+// under a LeakyBucket's MaxDelay, the requests of 1 whose waits fit it.
+func wholeRemaining(lim Limit) int {
+	if lim.Algorithm != LeakyBucket || lim.MaxDelay == 0 {
+		return lim.Capacity()
+	}
+	p, _ := lim.params()
+	return int(min(p.capacity, int64(lim.MaxDelay/time.Microsecond)/p.tick*p.rate/p.period+1))
+}
+
 func checkInvariants(t testing.TB, lim Limit, res Result, r modelRequest, fatalf func(string, ...any)) {
 	t.Helper()
 	capacity := lim.Capacity()
@@ -1171,8 +1201,8 @@ func checkInvariants(t testing.TB, lim Limit, res Result, r modelRequest, fatalf
 	if lim.Algorithm == LeakyBucket && lim.MaxDelay > 0 && res.Delay > lim.MaxDelay {
 		fatalf("Delay %v > MaxDelay %v", res.Delay, lim.MaxDelay)
 	}
-	if res.Remaining < capacity && res.ResetAfter == 0 {
-		fatalf("Remaining %d < capacity %d, yet ResetAfter is 0", res.Remaining, capacity)
+	if whole := wholeRemaining(lim); res.Remaining < whole && res.ResetAfter == 0 {
+		fatalf("Remaining %d < %d at rest, yet ResetAfter is 0", res.Remaining, whole)
 	}
 	if res.Remaining == capacity && res.ResetAfter != 0 {
 		fatalf("quota whole, yet ResetAfter is %v", res.ResetAfter)

@@ -111,7 +111,12 @@ func WithDenyCache(maxKeys int) Option {
 // WithLocalFallback decides in process while Redis cannot answer (errors,
 // timeouts, an open circuit), instead of returning the error: each key gets
 // this instance's share of its Limit, a token bucket of 1/instances of its
-// capacity and rate, so that the instances together stay within the limit.
+// capacity and rate (half that for the window algorithms, whose Rate
+// bounds every Period), so that the instances together stay within the
+// limit from the outage's start: a TokenBucket or LeakyBucket key at most
+// its Capacity plus Rate per Period since then, a window key at most Rate
+// in any Period. What Redis admitted just before the outage is not known
+// to the fallback, so around its start up to one more quota may pass.
 // Results carry Fallback: true. A cost above the share can never pass and is
 // refused with ErrInvalidCost.
 //
@@ -143,11 +148,12 @@ func WithLogger(log *slog.Logger) Option {
 }
 
 // WithBatching bounds how many decisions of concurrent callers go into one
-// script call. While a call for a group of keys is in flight, later
-// callers for that group queue, and go together in the next call, decided
-// in order at one Redis instant exactly as separate calls would be: so a
-// lone request never waits for company, and under load Redis runs one
-// script for many decisions. A group is every key on a single Redis
+// script call. A caller whose group of keys has fewer than 4 calls in
+// flight makes its own at once, so a lone request never waits for company;
+// beyond that, callers queue, and each call that returns takes the queue
+// into the next call, decided in order at one Redis instant exactly as
+// separate calls would be: under load Redis runs one script for many
+// decisions. A group is every key on a single Redis
 // (a *redis.Client, Sentinel included), every key of one hash slot on a
 // Cluster, and one key on other clients (a Ring). max 1 turns batching off.
 // Default: 128.

@@ -48,7 +48,10 @@ func (x XRateLimit) WriteHeaders(h HeaderWriter, d *Decision) {
 	}
 	h.Set(or(x.Limit, "X-Ratelimit-Limit"), strconv.Itoa(d.capacity))
 	h.Set(remaining, strconv.Itoa(r.Remaining))
-	reset := (d.now.UnixNano() + int64(r.ResetAfter) + int64(time.Second) - 1) / int64(time.Second)
+	// Whole seconds and fractions apart: ResetAfter may be near the
+	// longest time.Duration, beyond what Unix nanoseconds can add.
+	frac := r.ResetAfter%time.Second + time.Duration(d.now.Nanosecond()) // < 2s
+	reset := d.now.Unix() + int64(r.ResetAfter/time.Second) + ceilSeconds(frac)
 	h.Set(or(x.Reset, "X-Ratelimit-Reset"), strconv.FormatInt(reset, 10))
 }
 
@@ -113,7 +116,7 @@ func (IETF) WriteHeaders(h HeaderWriter, d *Decision) {
 		} else {
 			pol = strconv.AppendInt(append(pol, ";w="...), w, 10)
 		}
-		state = strconv.AppendInt(append(state, ";r="...), min(int64(r.Remaining), q), 10)
+		state = strconv.AppendInt(append(state, ";r="...), remaining(r, q), 10)
 		if !r.inflight() || !r.Allowed {
 			state = strconv.AppendInt(append(state, ";t="...), untilWhole(r, q), 10)
 		}
@@ -194,16 +197,49 @@ func calendarSeconds(l core.Limit, now time.Time) int64 {
 	return int64(end.Sub(start) / time.Second)
 }
 
+// remaining is RateLimit's r: what remains of q, and for a LeakyBucket
+// under a MaxDelay no more than the requests its MaxDelay still lets in
+// now (Result.Remaining is the room in its queue alone): each waits for
+// the queue ahead to drain, the ResetAfter of r, and one unit's drain more
+// for each admitted before it.
+func remaining(r layerResult, q int64) int64 {
+	left := min(int64(r.Remaining), q)
+	if l := r.limit; l.Algorithm == core.LeakyBucket && l.MaxDelay > 0 {
+		room := l.MaxDelay - leakySlack(l) - r.ResetAfter
+		if room < 0 {
+			return 0
+		}
+		left = min(left, int64(float64(room)/unitTime(l))+1)
+	}
+	return max(0, left)
+}
+
+// unitTime is how long one unit of l takes to refill or drain (ns).
+func unitTime(l core.Limit) float64 { return float64(l.Period) / float64(l.Rate) }
+
+// leakySlack is what a LeakyBucket's delays may exceed their exact value
+// by: the scripts round each up to a whole tick, 1µs unless the Limit is
+// too large for µs (then about Burst × Period / 2^50, up to a power of 10).
+func leakySlack(l core.Limit) time.Duration {
+	return time.Microsecond + time.Duration(10*float64(l.Capacity())*float64(l.Period)/(1<<50))
+}
+
 // untilWhole is RateLimit's t: on a refusal the Retry-After of r; else the
 // seconds, rounded up, until r's remaining is q again: the time to whole
-// less what the units beyond q take to refill, for the buckets.
+// less what the units beyond q take to refill, for the buckets, and for a
+// LeakyBucket under a MaxDelay no sooner than its queue has drained enough
+// for q requests to fit within the MaxDelay.
 func untilWhole(r layerResult, q int64) int64 {
 	if !r.Allowed {
 		return max(1, ceilSeconds(r.RetryAfter))
 	}
 	left := r.ResetAfter
 	if l := r.limit; l.Algorithm == core.TokenBucket || l.Algorithm == core.LeakyBucket {
-		left -= time.Duration(float64(int64(l.Capacity())-q) * float64(l.Period) / float64(l.Rate))
+		ahead := time.Duration(float64(int64(l.Capacity())-q) * unitTime(l)) // the queue that leaves room for q
+		if l.Algorithm == core.LeakyBucket && l.MaxDelay > 0 {
+			ahead = min(ahead, l.MaxDelay-leakySlack(l)-time.Duration(float64(q-1)*unitTime(l)))
+		}
+		left -= ahead
 	}
 	return max(0, ceilSeconds(left))
 }
@@ -251,6 +287,13 @@ func (h *Headers) UnmarshalText(text []byte) error {
 	return nil
 }
 
+// ceilSeconds is d in whole seconds, rounded up; it does not overflow for
+// the longest durations (a local fallback's share of a yearly limit can
+// saturate a time.Duration).
 func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
 }

@@ -12,7 +12,7 @@
 --          Limit is too large for µs to be exact); g = gcd(period ticks, rate)
 --
 -- The wait is computed for the n this request needs, not from the nearest
--- record. delay, retry_after and reset_after are measured from Redis'
+-- record. remaining counts what max_delay lets in, not only queue room. delay, retry_after and reset_after are measured from Redis'
 -- clock: after a clock step back they include the step, and max_delay is
 -- held to that.
 local lb = {nkeys = 1, nparams = 5}
@@ -75,7 +75,16 @@ function lb.decide(st, p, n, mode, stamp)
   local reset = 0
   if queued > 0 then reset = st.t + ceil(queued / p.rate) * p.tick - clock end
   if granted == 0 then delay = 0 end
-  return granted, max(0, floor((p.full - queued) / p.period)), retry, reset, delay
+  -- Remaining: the units of 1 that would still be admitted at this
+  -- instant, by room in the queue and, under max_delay, by the wait: the
+  -- k-th more leaves after ceil((queued + (k - 1) period) / rate) ticks,
+  -- which must be at most the ticks of max_delay from the record's time.
+  local left = floor((p.full - queued) / p.period)
+  if p.max_delay > 0 then
+    local room = floor((p.max_delay + clock - st.t) / p.tick) * p.rate - queued
+    if room < 0 then left = 0 else left = min(left, floor(room / p.period) + 1) end
+  end
+  return granted, max(0, left), retry, reset, delay
 end
 
 local function lb_encode(st)

@@ -1,0 +1,94 @@
+package core
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// TestLimitChangeToAnotherAlgorithmStartsWhole documents what Limiter's doc
+// says: "Each algorithm keeps its own state, so moving a key to another
+// algorithm starts it with a whole quota under the new one." For every
+// pair of rate algorithms, a key that spent its whole quota under one gets
+// the whole quota of the other at once (a change of Limit that keeps the
+// Algorithm hands out nothing: TestLimitChange), and finds the first one
+// still spent when it moves back.
+//
+// Note that this is a way to free requests: the README's "Changing the
+// Limit passed for a key takes effect on the next call, without a reset
+// and without free requests", Limit's "without handing out free units"
+// and httplimit's LimitFunc "A key keeps one state whatever Limit it is
+// decided under" hold only while the Algorithm stays the same.
+func TestLimitChangeToAnotherAlgorithmStartsWhole(t *testing.T) {
+	ctx := context.Background()
+	algos := []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket}
+	for _, from := range algos {
+		for _, to := range algos {
+			if from == to {
+				continue
+			}
+			t.Run(from.String()+"→"+to.String(), func(t *testing.T) {
+				mr, _, l := miniLimiter(t)
+				mr.SetTime(redistest.Epoch)
+				first := Limit{Algorithm: from, Rate: 5, Period: time.Hour}
+				then := Limit{Algorithm: to, Rate: 5, Period: time.Hour}
+				if r, err := l.AllowN(ctx, "k", first, 5); err != nil || !r.Allowed {
+					t.Fatalf("AllowN(5) under %v = %+v, %v; want admitted", first, r, err)
+				}
+				if r, err := l.Allow(ctx, "k", first); err != nil || r.Allowed {
+					t.Fatalf("a sixth under %v = %+v, %v; want denied", first, r, err)
+				}
+				// The other algorithm's state is its own, and whole.
+				if r, err := l.AllowN(ctx, "k", then, 5); err != nil || !r.Allowed {
+					t.Errorf("after moving to %v: AllowN(5) = %+v, %v; want admitted (another state, whole)", then.Algorithm, r, err)
+				}
+				// Moving back finds the first state as it was left.
+				if r, err := l.Allow(ctx, "k", first); err != nil || r.Allowed {
+					t.Errorf("back under %v: %+v, %v; want still denied", first.Algorithm, r, err)
+				}
+			})
+		}
+	}
+}
+
+// TestLeakyRemainingWithinMaxDelay backs Result's "Remaining is how many
+// units could still be taken right now, after this request" for a
+// LeakyBucket whose MaxDelay is shorter than its queue takes to drain: a
+// Remaining above 0 must mean that the next request now is admitted.
+//
+// KNOWN FAILURE (a bug in scripts/leaky_bucket.lua, not fixed here): its
+// Remaining is the room left in the queue, whatever MaxDelay lets in. 11
+// per minute with Burst 8 and a MaxDelay of 2s: the first request leaves
+// at once and reports Remaining 7, and the second, which would wait 5.45s,
+// is refused. The proposed fix: Remaining = min(the room in the queue,
+// the requests whose delay stays within max_delay: floor((max_delay -
+// delay of the next) / (period / rate)) + 1, 0 when the next already
+// waits longer). httplimit's IETF r applies that bound itself
+// (headers.go, remaining); X-RateLimit-Remaining shows Remaining as it is.
+func TestLeakyRemainingWithinMaxDelay(t *testing.T) {
+	ctx := context.Background()
+	_, _, l := miniLimiter(t)
+	limit := Limit{Algorithm: LeakyBucket, Rate: 11, Period: time.Minute, Burst: 8, MaxDelay: 2 * time.Second}
+	for i := range 10 {
+		r, err := l.Allow(ctx, "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Allowed {
+			break
+		}
+		next, err := l.Allow(ctx, "k", limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Remaining > 0 && !next.Allowed {
+			t.Fatalf("request %d: admitted with Remaining %d (Delay %v), and the next one at the same instant refused (%+v): "+
+				"Remaining counts queue room its MaxDelay of %v does not let in", i, r.Remaining, r.Delay, next, limit.MaxDelay)
+		}
+		if !next.Allowed {
+			break
+		}
+	}
+}
