@@ -2,8 +2,12 @@
 // (github.com/labstack/echo/v4; package echov5limit serves Echo v5):
 // every instance of a service shares one limit per key.
 //
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	limiter, err := core.New(rdb) // one per client, shared by every Policy
+//	if err != nil { ... }
 //	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Limit: core.PerSecond(10)})
 //	if err != nil { ... }
+//	e := echo.New()
 //	e.Use(echolimit.New(policy))
 //
 // or, in the shape of Echo's own rate limiter:
@@ -14,12 +18,13 @@
 //		IdentifierExtractor: func(c echo.Context) (string, error) { return c.Get("user").(string), nil },
 //	}.ToMiddleware()
 //
-// Unlike Echo's own limiter, whose store answers only allowed or not,
-// every response carries the quota: every decision is httplimit's (see
+// Unlike Echo's own limiter, whose store answers only allowed or not, every
+// response carries the quota: every decision is httplimit's (see
 // httplimit.Policy), and this package only reads the echo.Context and
-// writes the decision back, so the responses, headers, keys and client
-// IPs are those the httplimit documentation describes. Check and Reset do
-// the same from inside a handler.
+// writes the decision back, so the responses, headers, keys and client IPs
+// are those the httplimit documentation describes. Check, Reset and
+// ReportCost (for httplimit.Config.Settle) work from inside a handler. The
+// repository's examples/echo is a complete server.
 //
 // # Client IPs
 //

@@ -1,13 +1,18 @@
 package examples_test
 
 import (
+	"bytes"
 	"fmt"
+	"go/format"
+	"go/parser"
+	"go/token"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -47,10 +52,31 @@ var readmeImports = map[string]string{
 const readmeParams = `ctx context.Context, rdb *redis.Client, limiter *core.Limiter, policy *httplimit.Policy,
 	mux *http.ServeMux, r *gin.Engine, e *echo.Echo, e5 *echo5.Echo, app *fiber.App, app3 *fiber3.App`
 
+// readmePrograms are the adapters that the README must show in a complete
+// program each, as a user would copy it.
+var readmePrograms = []string{
+	"github.com/redlimit/redlimit/nethttplimit",
+	"github.com/redlimit/redlimit/ginlimit",
+	"github.com/redlimit/redlimit/echolimit",
+	"github.com/redlimit/redlimit/echov5limit",
+	"github.com/redlimit/redlimit/fiberlimit",
+	"github.com/redlimit/redlimit/fiberv3limit",
+	"github.com/redlimit/redlimit/grpclimit",
+}
+
 // TestReadmeSnippetsCompile compiles every Go snippet of the repository's
-// README.md: a snippet that declares functions stands as a file; any other
-// is the body of a function given the variables of readmeParams. The
-// imports are sorted, so the generated file reads the same on every run.
+// README.md, with go vet:
+//   - a snippet that starts with "package main" is a program, compiled as
+//     it stands, in a package of its own: in this module, or in
+//     examples/grpc's when it imports gRPC. It must be gofmt-formatted,
+//     and every adapter of readmePrograms must have one;
+//   - a snippet that declares functions stands as a file of one shared
+//     package, which imports readmeImports;
+//   - any other is the body of a function of that package, given the
+//     variables of readmeParams.
+//
+// The imports are sorted, so the generated file reads the same on every
+// run.
 func TestReadmeSnippetsCompile(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
 	if err != nil {
@@ -70,30 +96,103 @@ func TestReadmeSnippetsCompile(t *testing.T) {
 	for _, name := range names {
 		fmt.Fprintf(&b, "var _ = %s\n", readmeUse[name])
 	}
+	// The programs, by the directory of the module they compile in.
+	programs := map[string]map[string]string{}
+	shown := map[string]bool{}
 	for i, m := range blocks {
-		code := m[1]
-		if strings.HasPrefix(code, "func ") {
-			fmt.Fprintf(&b, "\n// README snippet %d\n%s", i+1, code)
-			continue
+		code, n := m[1], i+1
+		switch {
+		case strings.HasPrefix(code, "package main\n"):
+			imports, err := programImports(code)
+			if err != nil {
+				t.Errorf("README snippet %d: %v", n, err)
+				continue
+			}
+			if formatted, err := format.Source([]byte(code)); err == nil && !bytes.Equal(formatted, []byte(code)) {
+				t.Errorf("README snippet %d is not gofmt-formatted; gofmt makes it:\n%s", n, formatted)
+			}
+			module := "."
+			if slices.ContainsFunc(imports, func(p string) bool { return strings.HasPrefix(p, "google.golang.org/grpc") }) {
+				module = "grpc"
+			}
+			if programs[module] == nil {
+				programs[module] = map[string]string{}
+			}
+			programs[module]["snippet"+strconv.Itoa(n)] = code
+			for _, p := range imports {
+				shown[p] = true
+			}
+		case strings.HasPrefix(code, "func "):
+			fmt.Fprintf(&b, "\n// README snippet %d\n%s", n, code)
+		default:
+			// An inner block: the snippet may declare what the parameters name.
+			fmt.Fprintf(&b, "\n// README snippet %d\nfunc snippet%d(%s) {\n{\n%s}\n}\n", n, n, readmeParams, code)
 		}
-		// An inner block: the snippet may declare what the parameters name.
-		fmt.Fprintf(&b, "\n// README snippet %d\nfunc snippet%d(%s) {\n{\n%s}\n}\n", i+1, i+1, readmeParams, code)
 	}
-	dir, err := os.MkdirTemp(".", "_readme")
+	for _, p := range readmePrograms {
+		if !shown[p] {
+			t.Errorf("no README program (a snippet starting with \"package main\") imports %s", p)
+		}
+	}
+	if programs["."] == nil {
+		programs["."] = map[string]string{}
+	}
+	programs["."]["shared"] = b.String()
+	for _, module := range slices.Sorted(maps.Keys(programs)) {
+		vetPrograms(t, module, programs[module])
+	}
+}
+
+// programImports lists the import paths of a program.
+func programImports(code string) ([]string, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", code, parser.ImportsOnly)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, spec := range f.Imports {
+		p, err := strconv.Unquote(spec.Path.Value)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
+}
+
+// vetPrograms writes each file of files (by package name) into a package
+// of its own, in a temporary directory of the module at dir, and runs go
+// vet on them all at once.
+func vetPrograms(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	tmp, err := os.MkdirTemp(dir, "_readme")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = os.RemoveAll(dir) }()
-	if err := os.WriteFile(filepath.Join(dir, "readme.go"), []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
+	defer func() { _ = os.RemoveAll(tmp) }()
+	args := []string{"vet"}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		pkg := filepath.Join(tmp, name)
+		if err := os.Mkdir(pkg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(pkg, name+".go"), []byte(files[name]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "./"+filepath.Join(filepath.Base(tmp), name))
 	}
-	out, err := exec.Command("go", "vet", "./"+filepath.Base(dir)).CombinedOutput()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		var numbered strings.Builder
-		for i, line := range strings.Split(b.String(), "\n") {
-			fmt.Fprintf(&numbered, "%4d  %s\n", i+1, line)
+		for _, name := range slices.Sorted(maps.Keys(files)) {
+			fmt.Fprintf(&numbered, "\n%s.go:\n", name)
+			for i, line := range strings.Split(files[name], "\n") {
+				fmt.Fprintf(&numbered, "%4d  %s\n", i+1, line)
+			}
 		}
-		t.Errorf("the README's snippets do not compile: %v\n%s\nthe generated file:\n%s", err, out, numbered.String())
+		t.Errorf("the README's snippets do not compile (in %s): %v\n%s\nthe generated files:%s", dir, err, out, numbered.String())
 	}
 }
 

@@ -2,8 +2,12 @@
 // v3 (github.com/gofiber/fiber/v3; package fiberlimit serves Fiber v2):
 // every instance of a service shares one limit per key.
 //
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
+//	limiter, err := core.New(rdb) // one per client, shared by every Policy
+//	if err != nil { ... }
 //	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Limit: core.PerSecond(10)})
 //	if err != nil { ... }
+//	app := fiber.New()
 //	app.Use(fiberv3limit.New(fiberv3limit.Config{Policy: policy}))
 //
 // Config has the shape of Fiber's own middleware configs (Next,
@@ -11,15 +15,16 @@
 // carries the quota, denials included: every decision is httplimit's (see
 // httplimit.Policy), and this package only reads the fiber.Ctx and writes
 // the decision back, so the responses, headers, keys and client IPs are
-// those the httplimit documentation describes. Check and Reset do the same
-// from inside a handler.
+// those the httplimit documentation describes. Check, Reset and ReportCost
+// (for httplimit.Config.Settle) work from inside a handler. The
+// repository's examples/fiberv3 is a complete server.
 //
 // # Fiber specifics
 //
 // The default key is the address of the peer that opened the connection,
 // whatever Fiber's proxy settings; behind a reverse proxy, give
-// httplimit.KeyByIP your proxies, or key with KeyByIP to defer to Fiber's
-// TrustProxy settings.
+// httplimit.KeyByIP your proxies, or key with KeyByFiberIP to defer to
+// Fiber's TrustProxy settings.
 //
 // The route httplimit sees (KeyByRoute, Request.Route) is c.Route().Path,
 // the route being executed: for a middleware registered with app.Use, the
