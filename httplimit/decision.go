@@ -111,6 +111,21 @@ func (d *Decision) RedisFault() bool {
 	return (d.Outcome == OutcomeFailedOpen || d.Outcome == OutcomeFailedClosed) && !isCallerError(d.Err)
 }
 
+// NearLimit reports whether an admitted request left at most a fifth of
+// the capacity of the layer Result reports (Remaining 2 of 10 is near, 3
+// is not), as envoy's ratelimit counts near_limit: what operators alert on
+// before clients see 429s. The InFlight permit and the Global never count,
+// nor does a decision of the local fallback, whose Remaining is this
+// instance's share.
+func (d *Decision) NearLimit() bool {
+	capacity := int64(d.capacity)
+	if capacity == 0 {
+		capacity = int64(d.Limit.Capacity()) // a Decision made by hand
+	}
+	return d.Outcome == OutcomeAllowed && !d.Result.Fallback && capacity > 0 &&
+		5*int64(d.Result.Remaining) <= capacity
+}
+
 // strictest is what to report of the key's rate layers: the denying layer
 // with the longest RetryAfter if any denies, else the layer with the least
 // Remaining (the longest ResetAfter among equals), carrying the longest

@@ -24,18 +24,11 @@
 // snake_case: every outcome httplimit defines, from allowed to in_flight.
 //
 // redlimit.near_limit counts the admitted requests that left at most a
-// fifth of their quota, as envoy's ratelimit counts near_limit: outcome
-// allowed and 5 × Result.Remaining <= the capacity of Decision.Limit
-// (core.Limit.Capacity), so of a capacity of 10, Remaining 2 counts and 3
-// does not. Divided by the allowed decisions, it shows a policy's clients
+// fifth of their quota (httplimit.Decision.NearLimit: of a capacity of 10,
+// Remaining 2 counts and 3 does not), as envoy's ratelimit counts
+// near_limit. Divided by the allowed decisions, it shows a policy's clients
 // nearing their limits before they are denied. Its point is there at 0
-// from a policy's first allowed request. With httplimit.Config.Layers,
-// Result is the layer with the fewest units left, and that is what is
-// compared with the capacity of Decision.Limit. Never counted: the
-// InFlight permit (requests in flight, not a quota of units), the Global
-// (a ceiling shared by every key), denials (dry runs' included: over the
-// limit, not near it), and fallback decisions (their Remaining is this
-// instance's share of the quota, not the quota).
+// from a policy's first allowed request.
 //
 // The two gauges report core.Limiter.Health: whether its Redis
 // may evict the Limiter's keys (an evicted key is a fresh quota), and the
@@ -167,17 +160,6 @@ func names[E enum](n int) string {
 	return strings.Join(s, ", ")
 }
 
-// nearLimitShare: a request is near the limit when it left at most
-// 1/nearLimitShare of the capacity.
-const nearLimitShare = 5
-
-// nearLimit reports whether d counts as near the limit (see the package
-// documentation). prommetrics has the same rule.
-func nearLimit(d *httplimit.Decision) bool {
-	capacity := int64(d.Limit.Capacity())
-	return d.Outcome == httplimit.OutcomeAllowed && !d.Result.Fallback && capacity > 0 &&
-		nearLimitShare*int64(d.Result.Remaining) <= capacity
-}
 
 // policyAttrs holds the measurement options of one policy, each a ready
 // variadic slice, so that Add and Record are called without building one.
@@ -268,7 +250,7 @@ func (o *Observer) Observe(d httplimit.Decision) {
 		o.decisions.Add(ctx, 1, p.decisions[int(a)*numOutcomes+int(d.Outcome)]...)
 		o.duration.Record(ctx, d.Latency.Seconds(), p.duration[a]...)
 		switch {
-		case nearLimit(&d):
+		case d.NearLimit():
 			o.nearLimit.Add(ctx, 1, p.nearLimit[a]...)
 		case d.Outcome == httplimit.OutcomeAllowed && !p.nearSeen[a].Load():
 			// The series at 0 from the first allowed request, to divide by
@@ -283,7 +265,7 @@ func (o *Observer) Observe(d httplimit.Decision) {
 			AlgorithmKey.String(a.String()), OutcomeKey.String(d.Outcome.String())))
 		o.duration.Record(ctx, d.Latency.Seconds(), metric.WithAttributes(PolicyKey.String(d.Policy),
 			AlgorithmKey.String(a.String())))
-		if nearLimit(&d) {
+		if d.NearLimit() {
 			o.nearLimit.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy), AlgorithmKey.String(a.String())))
 		}
 	}

@@ -24,22 +24,15 @@
 // fixed set chosen in code, not derived from requests.
 //
 // redlimit_near_limit_total counts the admitted requests that left at most
-// a fifth of their quota, as envoy's ratelimit counts near_limit: outcome
-// allowed and 5 × Result.Remaining <= the capacity of Decision.Limit
-// (core.Limit.Capacity), so of a capacity of 10, Remaining 2 counts and 3
-// does not. Its share of the allowed requests shows a policy's clients
+// a fifth of their quota (httplimit.Decision.NearLimit: of a capacity of
+// 10, Remaining 2 counts and 3 does not), as envoy's ratelimit counts
+// near_limit. Its share of the allowed requests shows a policy's clients
 // nearing their limits before they are denied:
 //
 //	rate(redlimit_near_limit_total[5m])
 //	  / ignoring(outcome) rate(redlimit_decisions_total{outcome="allowed"}[5m])
 //
-// A policy's series starts at 0 with its first allowed request. With
-// httplimit.Config.Layers, Result is the layer with the fewest units left,
-// and that is what is compared with the capacity of Decision.Limit. Never
-// counted: the InFlight permit (requests in flight, not a quota of units),
-// the Global (a ceiling shared by every key), denials (dry runs' included:
-// over the limit, not near it), and fallback decisions (their Remaining
-// is this instance's share of the quota, not the quota).
+// A policy's series starts at 0 with its first allowed request.
 //
 // redlimit_redis_may_evict is 1 while the Limiter's Redis may evict its
 // keys (see core.Health.MayEvict): alert on it, since an evicted key is a
@@ -166,17 +159,6 @@ func names[E enum](n int) string {
 	return strings.Join(s, ", ")
 }
 
-// nearLimitShare: a request is near the limit when it left at most
-// 1/nearLimitShare of the capacity.
-const nearLimitShare = 5
-
-// nearLimit reports whether d counts as near the limit (see the package
-// documentation). otelmetrics has the same rule.
-func nearLimit(d *httplimit.Decision) bool {
-	capacity := int64(d.Limit.Capacity())
-	return d.Outcome == httplimit.OutcomeAllowed && !d.Result.Fallback && capacity > 0 &&
-		nearLimitShare*int64(d.Result.Remaining) <= capacity
-}
 
 // policyMetrics holds one policy's children. The per-policy counters exist
 // from the start, so that rate() sees them at 0; the per-algorithm ones are
@@ -281,7 +263,7 @@ func (c *Collector) Observe(d httplimit.Decision) {
 		// Made on the first allowed request, so that the series is there
 		// at 0 to divide by the allowed ones.
 		near := c.near(p, a)
-		if nearLimit(&d) {
+		if d.NearLimit() {
 			near.Inc()
 		}
 	}
