@@ -80,8 +80,10 @@ func (l *Limiter) admissible(rq *request) error {
 	for _, ly := range pl.layers {
 		most := ly.p.capacity
 		switch {
+		case ly.row.ids && len(pl.layers) > 1:
+			continue // one permit per request, whatever the cost the rate layers take
 		case ly.row.ids && rq.mode != modeCharge:
-			most = 1 // one permit per request
+			most = 1 // a Concurrency Limit alone: AllowN(n > 1) would read as n permits
 		case rq.mode == modeCharge || rq.mode == modeRefund:
 			// Units taken under another Limit may be more than this one's
 			// capacity: the state caps what it gives back.

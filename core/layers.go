@@ -28,14 +28,14 @@ func (l *Limiter) AllowLayers(ctx context.Context, key string, limits []Limit, n
 // whose Result has Granted > 0: zero a layer's Result to leave that layer
 // alone.
 func (l *Limiter) RefundLayers(ctx context.Context, key string, limits []Limit, taken []Result) error {
-	_, err := l.layered(ctx, key, limits, taken, granted(taken), modeRefund, func(Limit) bool { return true })
+	_, err := l.layered(ctx, key, limits, taken, granted(limits, taken), modeRefund, func(Limit) bool { return true })
 	return err
 }
 
 // SettleLayers corrects what taken took to used, as Settle does for one
 // Limit, in every layer whose Result has Granted > 0, but Concurrency's.
 func (l *Limiter) SettleLayers(ctx context.Context, key string, limits []Limit, taken []Result, used int) ([]Result, error) {
-	n, mode := granted(taken)-used, modeRefund
+	n, mode := granted(limits, taken)-used, modeRefund
 	if n < 0 {
 		n, mode = -n, modeCharge
 	}
@@ -56,14 +56,20 @@ func (l *Limiter) RenewLayers(ctx context.Context, key string, limits []Limit, t
 	return l.layered(ctx, key, limits, taken, 1, modeRenew, func(lim Limit) bool { return lim.Algorithm == Concurrency })
 }
 
-// granted is the n the layers of taken took.
-func granted(taken []Result) int {
-	for _, r := range taken {
+// granted is the n the rate layers of taken took (a Concurrency layer's
+// Granted is its one permit, whatever the cost), or 1 for permits alone.
+func granted(limits []Limit, taken []Result) int {
+	n := 0
+	for i, r := range taken {
 		if r.Granted > 0 {
+			if i < len(limits) && limits[i].Algorithm == Concurrency {
+				n = max(n, 1)
+				continue
+			}
 			return r.Granted
 		}
 	}
-	return 0
+	return n
 }
 
 // layered decides a request on the layers of limits that want reports true

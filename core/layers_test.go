@@ -635,3 +635,35 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 // latency: CI runs every package's tests at once on two cores, where a
 // healthy Redis can take longer than the 50 ms default to answer.
 var opsPatient = WithTimeout(5 * time.Second)
+
+// TestLayersPermitWhateverTheCost: under layers, a Concurrency layer holds
+// one permit per request whatever the cost the rate layers take (the
+// concurrency script's "one permit whatever its cost"), in either order,
+// and RefundLayers gives back the permit and the units.
+func TestLayersPermitWhateverTheCost(t *testing.T) {
+	ctx := context.Background()
+	_, _, l := miniLimiter(t)
+	rate := Limit{Rate: 2000, Period: time.Minute}
+	for _, order := range [][]Limit{{rate, InFlight(1)}, {InFlight(1), rate}} {
+		key := fmt.Sprintf("k%d", order[0].Algorithm)
+		ri, pi := 0, 1
+		if order[0].Algorithm == Concurrency {
+			ri, pi = 1, 0
+		}
+		first, err := l.AllowLayers(ctx, key, order, 500)
+		if err != nil || !first[ri].Allowed || first[ri].Granted != 500 || first[ri].Remaining != 1500 || first[pi].Granted != 1 || first[pi].Remaining != 0 {
+			t.Fatalf("%v: AllowLayers(500) = %+v, %v; want 500 units and the one permit taken", order, first, err)
+		}
+		second, err := l.AllowLayers(ctx, key, order, 500)
+		if err != nil || !second[ri].Allowed || second[pi].Allowed || second[ri].Granted != 0 {
+			t.Fatalf("%v: a second request in flight = %+v, %v; want refused for its permit alone, nothing taken", order, second, err)
+		}
+		if err := l.RefundLayers(ctx, key, order, first); err != nil {
+			t.Fatal(err)
+		}
+		again, err := l.AllowLayers(ctx, key, order, 2000)
+		if err != nil || !again[ri].Allowed || again[ri].Remaining != 0 || !again[pi].Allowed {
+			t.Errorf("%v: after RefundLayers, AllowLayers(2000) = %+v, %v; want the 500 units and the permit back", order, again, err)
+		}
+	}
+}
