@@ -6,6 +6,26 @@ import (
 	"time"
 )
 
+// ErrWaitExceedsDeadline is wrapped by the error of a WaitN that gave up at
+// once because the request could not proceed before its context's
+// deadline. It wraps context.DeadlineExceeded in turn, so errors.Is
+// matches both, and code written for the deadline keeps working, while
+// errors.Is(err, ErrWaitExceedsDeadline) tells this refusal from a Redis
+// slower than the Limiter's timeout (which matches
+// context.DeadlineExceeded only). WaitN returns it with the denying
+// Result, whose RetryAfter says how long the request would have had to
+// wait.
+var ErrWaitExceedsDeadline error = waitExceedsDeadline{}
+
+// waitExceedsDeadline is a type of its own, not errors.New, so that it
+// can unwrap to context.DeadlineExceeded: errors.As then finds the
+// deadline's net.Error (Timeout() true) as it did before the sentinel.
+type waitExceedsDeadline struct{}
+
+func (waitExceedsDeadline) Error() string { return "core: wait would exceed the context deadline" }
+
+func (waitExceedsDeadline) Unwrap() error { return context.DeadlineExceeded }
+
 // Wait is WaitN(ctx, key, limit, 1).
 func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (Result, error) {
 	return l.WaitN(ctx, key, limit, 1)
@@ -15,10 +35,19 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (Result, er
 // its Delay has passed), or ctx ends, for workers and outbound API clients
 // that must not exceed a shared limit, and returns the admitting Result
 // (the receipt Refund and Settle take). It sleeps for the RetryAfter Redis
-// returns instead of polling, and gives up at once, with an error, when
-// ctx's deadline would pass before the wait ends, or when the request can
-// never pass (an invalid cost, or one above the fallback's share while
-// Redis is unavailable).
+// returns instead of polling.
+//
+// It gives up at once when ctx's deadline would pass before the request
+// could proceed, without taking anything: the error then matches
+// ErrWaitExceedsDeadline (and context.DeadlineExceeded), and the Result is
+// the denial, whose RetryAfter (> 0) is how long the request would have
+// had to wait, assuming no other traffic, a LeakyBucket's Delay included:
+// a retry that late, or a deadline that far, finds room. It also gives up
+// at once when the request can never pass (an invalid cost, or one above
+// the fallback's share while Redis is unavailable). Every other error
+// comes with a zero Result, except when ctx ends during a LeakyBucket
+// Delay: the units are taken by then, and the admitting Result is returned
+// with ctx's error, for Refund.
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	for {
 		lim := limit
@@ -28,7 +57,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Re
 			// waiting does not make that sooner than the deadline: give up
 			// now rather than take a place that cannot be used.
 			if p, err := l.one(ctx, key, limit, n, modePeek, Result{}); err == nil && p.Allowed && p.Delay > left {
-				return Result{}, fmt.Errorf("core: delay of %v for %q would exceed the context deadline: %w", p.Delay, key, context.DeadlineExceeded)
+				denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter}
+				return denied, tooLate(key, p.Delay, left)
 			}
 			if lim.MaxDelay == 0 || left < lim.MaxDelay {
 				lim.MaxDelay = max(left, time.Microsecond)
@@ -43,8 +73,17 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Re
 			wait = r.Delay
 		}
 		if wait > 0 {
-			if dl, ok := ctx.Deadline(); ok && !r.Allowed && time.Until(dl) < wait {
-				return Result{}, fmt.Errorf("core: wait of %v for %q would exceed the context deadline: %w", wait, key, context.DeadlineExceeded)
+			if dl, ok := ctx.Deadline(); ok && !r.Allowed {
+				if left := time.Until(dl); left < wait {
+					if limit.Algorithm == LeakyBucket {
+						// Admitted later, the request would still leave
+						// only once the queue ahead has drained, which is
+						// what ResetAfter measures for a denial; the
+						// deadline may also have lowered MaxDelay.
+						r.RetryAfter = max(r.RetryAfter, r.ResetAfter)
+					}
+					return r, tooLate(key, r.RetryAfter, left)
+				}
 			}
 			if err := sleep(ctx, wait); err != nil {
 				if r.Allowed {
@@ -57,6 +96,11 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Re
 			return r, nil
 		}
 	}
+}
+
+// tooLate is the error of a wait that would outlast the deadline.
+func tooLate(key string, wait, left time.Duration) error {
+	return fmt.Errorf("%w: %q would wait %v, the deadline is in %v", ErrWaitExceedsDeadline, key, wait, max(left, 0))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

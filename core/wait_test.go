@@ -3,9 +3,12 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/internal/redistest"
 )
@@ -131,12 +134,15 @@ func TestWaitDeadlineNearerThanRetryAfter(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
 					defer cancel()
 					start := time.Now()
-					_, err := l.Wait(ctx, "worker", tt.limit)
+					r, err := l.Wait(ctx, "worker", tt.limit)
 					if got := time.Since(start); got >= 100*time.Millisecond {
 						t.Errorf("Wait took %v, want it to give up at once", got)
 					}
-					if !errors.Is(err, context.DeadlineExceeded) {
-						t.Fatalf("Wait = %v, want an error wrapping context.DeadlineExceeded", err)
+					if !errors.Is(err, ErrWaitExceedsDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("Wait = %v, want an error matching ErrWaitExceedsDeadline and context.DeadlineExceeded", err)
+					}
+					if r.Allowed || r.RetryAfter <= tt.deadline {
+						t.Errorf("Wait's Result = %+v, want the denial, with a RetryAfter beyond the %v deadline", r, tt.deadline)
 					}
 					if !strings.Contains(err.Error(), `"worker"`) {
 						t.Errorf("error %q does not name the key", err)
@@ -225,4 +231,112 @@ func TestWaitInvalid(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWaitExceedsDeadlineSentinel: a wait too long for the deadline is
+// told apart from every other error by ErrWaitExceedsDeadline, still
+// matches context.DeadlineExceeded (and its net.Error), and comes with the
+// denial, whose RetryAfter is the whole wait the request would have had.
+// Redis' clock stands still, so every wait is exact and Wait gives up
+// without sleeping.
+func TestWaitExceedsDeadlineSentinel(t *testing.T) {
+	leaky := func(burst int) Limit {
+		return Limit{Algorithm: LeakyBucket, Rate: 5, Period: time.Second, Burst: burst}
+	}
+	tests := []struct {
+		name      string
+		limit     Limit
+		queued    int // units taken before the Wait
+		wantRetry time.Duration
+	}{
+		{"token bucket: the next token", PerHour(1), 1, time.Hour},
+		{"fixed window: the next window", Limit{Algorithm: FixedWindow, Rate: 2, Period: time.Minute}, 2, 55 * time.Second},
+		// The queue ahead drains in 800ms, and a peek says so before a
+		// place is taken.
+		{"leaky bucket: a delay past the deadline", leaky(10), 4, 800 * time.Millisecond},
+		// The queue is full: the request would be admitted in 200ms and
+		// leave 600ms later, when the queue ahead has drained.
+		{"leaky bucket: a full queue", leaky(4), 4, 800 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mr, rdb := redistest.Mini(t)
+			// Epoch is 03:04:05: the fixed window of a minute ends in 55s.
+			mr.SetTime(redistest.Epoch)
+			l := opsNew(t, rdb, opsPatient)
+			if r, err := l.AllowN(context.Background(), "worker", tt.limit, tt.queued); err != nil || !r.Allowed {
+				t.Fatalf("taking %d: %+v, %v", tt.queued, r, err)
+			}
+			before, err := l.Peek(context.Background(), "worker", tt.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			r, err := l.Wait(ctx, "worker", tt.limit)
+			if !errors.Is(err, ErrWaitExceedsDeadline) {
+				t.Fatalf("Wait = %v, want an error matching ErrWaitExceedsDeadline", err)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Wait = %v, which does not match context.DeadlineExceeded", err)
+			}
+			var ne interface{ Timeout() bool }
+			if !errors.As(err, &ne) || !ne.Timeout() {
+				t.Errorf("Wait = %v: errors.As finds no net.Error with Timeout() true, as it did for context.DeadlineExceeded", err)
+			}
+			if got, want := r, (Result{RetryAfter: tt.wantRetry}); got.Allowed || got.Granted != 0 || got.RetryAfter != want.RetryAfter {
+				t.Errorf("Wait's Result = %+v, want a denial with RetryAfter %v", got, want.RetryAfter)
+			}
+			if after, err := l.Peek(context.Background(), "worker", tt.limit); err != nil || after != before {
+				t.Errorf("Peek after the refusal = %+v, %v; before it %+v: the Wait took something", after, err, before)
+			}
+		})
+	}
+	if timeout := fmt.Errorf("core: redis: %w", context.DeadlineExceeded); errors.Is(timeout, ErrWaitExceedsDeadline) {
+		t.Error("a wrapped context.DeadlineExceeded matches ErrWaitExceedsDeadline: a Redis timeout would look like a refusal")
+	}
+}
+
+// TestWaitRedisTimeoutIsNotTheSentinel: a Redis slower than the Limiter's
+// timeout fails the Wait with context.DeadlineExceeded, as before, but not
+// with ErrWaitExceedsDeadline, and with a zero Result.
+func TestWaitRedisTimeoutIsNotTheSentinel(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	rdb.AddHook(stallScripts{})
+	l := opsNew(t, rdb, WithTimeout(20*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := l.Wait(ctx, "worker", PerSecond(1))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait on a stalled Redis = %v, want context.DeadlineExceeded", err)
+	}
+	if errors.Is(err, ErrWaitExceedsDeadline) {
+		t.Errorf("Wait on a stalled Redis = %v, which matches ErrWaitExceedsDeadline", err)
+	}
+	if r != (Result{}) {
+		t.Errorf("Wait on a stalled Redis returned %+v, want the zero Result", r)
+	}
+}
+
+// stallScripts is a redis.Hook under which every decision (a script or
+// function call) hangs until its context ends, as on a Redis too slow for
+// the Limiter's timeout.
+type stallScripts struct{}
+
+func (stallScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (stallScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "evalsha", "eval", "fcall":
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (stallScripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

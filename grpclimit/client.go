@@ -3,10 +3,13 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/redlimit/redlimit/core"
 )
@@ -18,14 +21,19 @@ import (
 // RetryAfter Redis returns, and is made once admitted.
 //
 // A call is never made without a unit of the quota. One whose wait would
-// outlast its deadline fails at once, and one whose context ends while it
-// waits fails then, with codes.DeadlineExceeded or codes.Canceled. When
-// the Limiter fails, the call fails too: codes.Unavailable for Redis down
-// (or the circuit open), codes.DeadlineExceeded for Redis slower than the
-// Limiter's timeout, which core reports as it reports a wait too long for
-// the deadline. A quota an upstream enforces is not one to exceed while
-// Redis is away: give l core.WithLocalFallback to keep calling, each
-// process within its share of the limit, while Redis is down.
+// outlast its deadline fails at once with codes.ResourceExhausted and a
+// google.rpc.RetryInfo detail whose retry_delay is the wait it would have
+// had (core.ErrWaitExceedsDeadline's Result.RetryAfter, to the
+// microsecond: a RetryInfo holds any duration, and whole seconds would
+// hold back a caller of a 100 per second quota a hundred times too long),
+// so a caller that retries after it is never early, assuming no other
+// traffic. One whose context ends while it waits fails then, with
+// codes.DeadlineExceeded or codes.Canceled. When the Limiter fails, the
+// call fails too: codes.Unavailable for Redis down (or the circuit open),
+// codes.DeadlineExceeded for Redis slower than the Limiter's timeout. A
+// quota an upstream enforces is not one to exceed while Redis is away:
+// give l core.WithLocalFallback to keep calling, each process within its
+// share of the limit, while Redis is down.
 //
 // It panics, at start-up, if l is nil, key is empty or limit is invalid.
 func UnaryClientInterceptor(l *core.Limiter, key string, limit core.Limit) grpc.UnaryClientInterceptor {
@@ -39,22 +47,30 @@ func UnaryClientInterceptor(l *core.Limiter, key string, limit core.Limit) grpc.
 		panic("grpclimit: UnaryClientInterceptor: " + err.Error())
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, err := l.WaitN(ctx, key, limit, 1); err != nil {
-			return waitStatus(ctx, err).Err()
+		if r, err := l.WaitN(ctx, key, limit, 1); err != nil {
+			return waitStatus(ctx, r, err).Err()
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 }
 
-// waitStatus is the status of a call whose wait failed with err.
-func waitStatus(ctx context.Context, err error) *status.Status {
+// waitStatus is the status of a call whose wait failed with err, and r.
+func waitStatus(ctx context.Context, r core.Result, err error) *status.Status {
 	switch {
+	case errors.Is(err, core.ErrWaitExceedsDeadline):
+		// Checked first: a deadline that has passed since WaitN gave up
+		// does not make the refusal a timeout.
+		st := status.New(codes.ResourceExhausted, "grpclimit: "+err.Error())
+		delay := durationpb.New(max(r.RetryAfter, time.Microsecond))
+		if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: delay}); err == nil {
+			return withInfo
+		}
+		return st // not reached: a RetryInfo always marshals
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err())
 	case errors.Is(err, context.DeadlineExceeded):
-		// The wait would outlast the deadline, or Redis was slower than
-		// the Limiter's timeout: core tells them apart by message only.
-		// Either way the call could not have been made in time.
+		// Redis was slower than the Limiter's timeout: the call could not
+		// be decided in time.
 		return status.New(codes.DeadlineExceeded, "grpclimit: "+err.Error())
 	}
 	return status.New(codes.Unavailable, "grpclimit: rate limiter unavailable: "+err.Error())

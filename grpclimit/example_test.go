@@ -100,7 +100,8 @@ func Example() {
 }
 
 // Keep the calls of every process to an upstream within its quota of 2 a
-// minute: a call that cannot get a unit before its deadline is not made.
+// minute: a call that cannot get a unit before its deadline is not made,
+// and its RetryInfo says when one would be there.
 func ExampleUnaryClientInterceptor() {
 	limiter, done := exampleLimiter()
 	defer done()
@@ -113,10 +114,18 @@ func ExampleUnaryClientInterceptor() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
 		cancel()
-		fmt.Println(status.Code(err))
+		st := status.Convert(err)
+		for _, d := range st.Details() {
+			if info, ok := d.(*errdetails.RetryInfo); ok {
+				fmt.Println(st.Code(), "retry in", info.GetRetryDelay().AsDuration())
+			}
+		}
+		if err == nil {
+			fmt.Println(st.Code())
+		}
 	}
 	// Output:
 	// OK
 	// OK
-	// DeadlineExceeded
+	// ResourceExhausted retry in 30s
 }

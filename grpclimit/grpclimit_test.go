@@ -621,8 +621,8 @@ func TestClient(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	_, err = c.Check(ctx, &healthpb.HealthCheckRequest{})
-	if status.Code(err) != codes.DeadlineExceeded || time.Since(start) > 500*time.Millisecond {
-		t.Errorf("over the quota, with 1s to go and 30s to wait: %v after %v, want DeadlineExceeded at once", err, time.Since(start))
+	if status.Code(err) != codes.ResourceExhausted || time.Since(start) > 500*time.Millisecond {
+		t.Errorf("over the quota, with 1s to go and 30s to wait: %v after %v, want ResourceExhausted at once", err, time.Since(start))
 	}
 	mr.Close()
 	if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {

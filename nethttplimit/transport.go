@@ -1,0 +1,459 @@
+package nethttplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// TransportConfig is what NewTransport makes a Transport of.
+type TransportConfig struct {
+	// Limiter decides, in the Redis every instance of the fleet shares.
+	// Required.
+	Limiter *core.Limiter
+	// Limit is the upstream's quota for each key: core.PerSecond(100) for
+	// an API that allows 100 requests per second. Any algorithm but
+	// Concurrency; see Transport for how each pauses. Required.
+	Limit core.Limit
+	// Base sends the requests the quota admits. Optional. Default:
+	// http.DefaultTransport.
+	Base http.RoundTripper
+	// Name namespaces the keys, so that the Transport never shares
+	// counters with a Policy or another Transport of the same Limiter.
+	// Optional. Default: "outbound".
+	Name string
+	// Key chooses the quota a request spends from; a request it returns ""
+	// for is refused. Optional. Default: the request's URL host in lower
+	// case, with its port if the URL has one: one quota per upstream.
+	Key func(*http.Request) string
+	// Cost is how many units a request spends, 1 to the Limit's Capacity.
+	// Optional. Default: 1.
+	Cost func(*http.Request) int
+	// FailFast refuses a request at once, with a *LimitError, whenever the
+	// quota has no room for it now (for LeakyBucket: whenever it could not
+	// leave at once), instead of waiting for room with the request's
+	// context. Optional. Default: false (wait).
+	FailFast bool
+	// MaxPause caps how long one Retry-After may pause a key: the header
+	// comes from the upstream, and a typo or a hostile server must not
+	// stop the fleet for a year. Negative: never pause. Optional. Default
+	// (0): one hour.
+	MaxPause time.Duration
+}
+
+// Transport is an http.RoundTripper that keeps outbound requests within a
+// quota shared by every process whose Transport uses the same Redis and
+// Name: a fleet of workers calling a third-party API limited to 100
+// requests per second, say. Make it with NewTransport; a Transport is safe
+// for concurrent use and keeps no request.
+//
+// Each request spends Cost units of its Key's quota before Base sends it.
+// By default it waits for room with its own context (core.Limiter.WaitN),
+// and is refused at once with a *LimitError, matching
+// core.ErrWaitExceedsDeadline, when that wait would outlast its deadline;
+// with FailFast it is refused at once whenever there is no room. A request
+// the Transport does not send, refused or undecided (Redis down: the
+// Transport fails closed; give the Limiter core.WithLocalFallback to keep
+// calling within each process' share), never reaches Base, and its body is
+// closed. A request Base sent counts even if it failed: the upstream may
+// have seen it.
+//
+// When the upstream answers 429 or 503 with a Retry-After (seconds, or an
+// HTTP-date measured from the response's Date), capped at MaxPause, the
+// Transport charges the key in Redis (core.Limiter.Settle) so that the
+// next request on it, from every instance, waits that long before it is
+// sent (or, with FailFast, is refused with that RetryAfter); the response
+// is returned as it came. How long the pause lasts depends on the
+// algorithm, since a charge is a debt in the Limit's units:
+//
+//   - TokenBucket and LeakyBucket: at least Retry-After, and less than one
+//     unit's time (Period / Rate) more.
+//   - FixedWindow, SlidingWindowCounter, SlidingWindow: a debt fills whole
+//     windows, so the pause ends on a window boundary, up to two Periods
+//     after Retry-After. Prefer a bucket where Period is long.
+//   - Calendar windows: a debt would last the rest of the month, so only
+//     the Transport that saw the 429 pauses.
+//
+// When Redis cannot record the pause, the Transport that saw the 429 keeps
+// it alone (for up to 1024 keys at once). The 429s one Transport sees
+// together are charged once; Transports that see them within one Redis
+// round trip of each other may each charge in full, for Retry-After and
+// what the key still held: the pause is then longer, never shorter. A
+// Limiter with core.WithLeases may spend what it had already leased.
+type Transport struct {
+	limiter  *core.Limiter
+	limit    core.Limit
+	base     http.RoundTripper
+	name     string
+	key      func(*http.Request) string
+	cost     func(*http.Request) int
+	failFast bool
+	maxPause time.Duration // < 0: never pause
+	now      func() time.Time
+
+	pausing sync.Mutex // one pause at a time: the next sees the last's charge
+	floors  floors
+}
+
+// maxFloors bounds the keys a Transport pauses on its own.
+const maxFloors = 1024
+
+// NewTransport returns the Transport cfg describes, or an error that names
+// what is wrong with cfg.
+func NewTransport(cfg TransportConfig) (*Transport, error) {
+	switch {
+	case cfg.Limiter == nil:
+		return nil, errors.New("nethttplimit: NewTransport: nil Limiter")
+	case cfg.Limit.Algorithm == core.Concurrency:
+		// The permit would have to outlive RoundTrip, until the body is
+		// closed; http.Transport.MaxConnsPerHost bounds one process.
+		return nil, errors.New("nethttplimit: NewTransport: a Concurrency Limit cannot bound outbound requests: use a rate")
+	}
+	if err := cfg.Limit.Validate(); err != nil {
+		return nil, fmt.Errorf("nethttplimit: NewTransport: Limit: %w", err)
+	}
+	t := &Transport{limiter: cfg.Limiter, limit: cfg.Limit, base: cfg.Base, name: cfg.Name, key: cfg.Key,
+		cost: cfg.Cost, failFast: cfg.FailFast, maxPause: cfg.MaxPause, now: time.Now}
+	if t.base == nil {
+		t.base = http.DefaultTransport
+	}
+	if t.name == "" {
+		t.name = "outbound"
+	}
+	if t.key == nil {
+		t.key = func(r *http.Request) string { return strings.ToLower(r.URL.Host) }
+	}
+	if t.maxPause == 0 {
+		t.maxPause = time.Hour
+	}
+	if cfg.FailFast && cfg.Limit.Algorithm == core.LeakyBucket {
+		// Denied, without taking a place, unless it can leave at once.
+		t.limit.MaxDelay = time.Microsecond
+	}
+	return t, nil
+}
+
+// LimitError is the error of a request the Transport did not send because
+// its quota had no room for it in time. It matches
+// core.ErrWaitExceedsDeadline (and so context.DeadlineExceeded) with
+// errors.Is when the wait would have outlasted the request's deadline; with
+// FailFast it wraps nothing.
+type LimitError struct {
+	// Key is the Limiter key the request would have spent from: Name, ":"
+	// and what Key returned.
+	Key string
+	// Result is the denial: RetryAfter (> 0) is how long until the request
+	// could be sent, assuming no other traffic.
+	Result core.Result
+
+	err error
+}
+
+// Error says which quota refused the request, and why or for how long.
+func (e *LimitError) Error() string {
+	if e.err != nil {
+		return fmt.Sprintf("nethttplimit: outbound quota %q: %v", e.Key, e.err)
+	}
+	return fmt.Sprintf("nethttplimit: outbound quota %q exceeded: retry after %v", e.Key, e.Result.RetryAfter)
+}
+
+// Unwrap is core.ErrWaitExceedsDeadline's error for a wait too long for
+// the deadline, nil for a FailFast refusal.
+func (e *LimitError) Unwrap() error { return e.err }
+
+// RoundTrip sends req through Base once its quota admits it (see
+// Transport).
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req == nil || req.URL == nil {
+		closeBody(req)
+		return nil, errors.New("nethttplimit: Transport: nil request or URL")
+	}
+	if t == nil || t.limiter == nil {
+		closeBody(req)
+		return nil, errors.New("nethttplimit: Transport: not made by NewTransport")
+	}
+	key, err := t.admit(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	resp, err := t.base.RoundTrip(req)
+	if err == nil {
+		if d := t.pauseFor(resp); d > 0 {
+			t.pause(req.Context(), key, d)
+		}
+	}
+	return resp, err
+}
+
+// CloseIdleConnections closes Base's idle connections, if it has any, so
+// that http.Client.CloseIdleConnections reaches through the Transport.
+func (t *Transport) CloseIdleConnections() {
+	if t == nil {
+		return
+	}
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func closeBody(req *http.Request) {
+	if req != nil && req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+// admit waits for, or refuses, the units req costs, and returns its key.
+func (t *Transport) admit(req *http.Request) (string, error) {
+	k := t.key(req)
+	if k == "" {
+		return "", fmt.Errorf("nethttplimit: Transport: no key for the request to %q", req.URL.Host)
+	}
+	n := 1
+	if t.cost != nil {
+		n = t.cost(req)
+	}
+	key, ctx := t.name+":"+k, req.Context()
+	if err := t.waitFloor(ctx, key); err != nil {
+		return key, err
+	}
+	var r core.Result
+	var err error
+	if t.failFast {
+		r, err = t.limiter.AllowN(ctx, key, t.limit, n)
+		if err == nil && !r.Allowed {
+			return key, &LimitError{Key: key, Result: r}
+		}
+		if err == nil && r.Delay > 0 { // at most the 1µs MaxDelay of NewTransport
+			time.Sleep(r.Delay)
+		}
+	} else {
+		r, err = t.limiter.WaitN(ctx, key, t.limit, n)
+		if errors.Is(err, core.ErrWaitExceedsDeadline) {
+			return key, &LimitError{Key: key, Result: r, err: err}
+		}
+	}
+	if err != nil {
+		if r.Granted > 0 { // ctx ended during a LeakyBucket Delay
+			t.give(ctx, key, r)
+		}
+		return key, fmt.Errorf("nethttplimit: Transport: %q: %w", key, err)
+	}
+	return key, nil
+}
+
+// give returns the units of r, taken for a request that is not sent.
+func (t *Transport) give(ctx context.Context, key string, r core.Result) {
+	if err := t.limiter.Refund(context.WithoutCancel(ctx), key, t.limit, r); err != nil {
+		t.warn("could not give back the units of a request not sent", key, 0, err)
+	}
+}
+
+func (t *Transport) warn(msg, key string, pause time.Duration, err error) {
+	if log := t.limiter.Logger(); log != nil {
+		log.Warn("nethttplimit: Transport: "+msg, "key", key, "pause", pause, "err", err)
+	}
+}
+
+// pauseFor is how long resp asks the fleet to pause: its Retry-After, for
+// a 429 or a 503, capped at maxPause.
+func (t *Transport) pauseFor(resp *http.Response) time.Duration {
+	if t.maxPause < 0 || resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
+		return 0
+	}
+	return retryAfter(resp.Header, t.now(), t.maxPause)
+}
+
+// retryAfter reads a Retry-After header: delay-seconds, or an HTTP-date
+// measured from the Date header (the upstream's own clock) or else from
+// now. A value that is neither, or not ahead, is ignored (0); a delay
+// beyond most, however large, is most.
+func retryAfter(h http.Header, now time.Time, most time.Duration) time.Duration {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0
+	}
+	secs, err := strconv.ParseUint(v, 10, 64)
+	switch {
+	case err == nil:
+		if secs > uint64(most/time.Second) {
+			return most
+		}
+		return min(time.Duration(secs)*time.Second, most)
+	case errors.Is(err, strconv.ErrRange):
+		return most // well formed, and too large for any clock
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0
+	}
+	if date, err := http.ParseTime(h.Get("Date")); err == nil {
+		now = date
+	}
+	return min(max(at.Sub(now), 0), most)
+}
+
+// pause makes the next request on key, on every instance, wait at least d,
+// or this Transport's alone when Redis cannot say so. It runs even if the
+// caller has given up: the upstream asked the whole fleet.
+func (t *Transport) pause(ctx context.Context, key string, d time.Duration) {
+	ctx = context.WithoutCancel(ctx)
+	t.pausing.Lock()
+	defer t.pausing.Unlock()
+	err := errors.New("a calendar window cannot be charged for less than its rest")
+	if t.limit.Calendar == core.NoCalendar {
+		err = t.charge(ctx, key, d)
+	}
+	if err != nil {
+		kept := t.floors.set(key, t.now(), d)
+		t.warn(fmt.Sprintf("the pause is this Transport's only (kept: %v)", kept), key, d, err)
+	}
+}
+
+// maxCharges bounds the charges of one pause: a bucket needs one (two when
+// rounding falls short), a window up to three.
+const maxCharges = 4
+
+// charge charges key until a Peek says its next request waits at least d.
+func (t *Transport) charge(ctx context.Context, key string, d time.Duration) error {
+	for i := 0; ; i++ {
+		r, err := t.limiter.Peek(ctx, key, t.limit)
+		if err != nil {
+			return err
+		}
+		units := t.debt(r, d)
+		if units == 0 {
+			return nil
+		}
+		if i == maxCharges {
+			return fmt.Errorf("the next request would still wait less than %v after %d charges", d, maxCharges)
+		}
+		if _, err := t.limiter.Settle(ctx, key, t.limit, core.Result{}, units); err != nil {
+			return err
+		}
+	}
+}
+
+// debt is the charge that makes the next request on a key wait at least d,
+// given r, a Peek of it; 0 when it already waits that long. A unit of debt
+// makes the buckets wait Period/Rate longer; the windows refuse until the
+// window in which the debt is paid off, Rate per Period. (In float64 ns:
+// for extreme Limits, the products leave int64.)
+func (t *Transport) debt(r core.Result, d time.Duration) int {
+	per := float64(t.limit.Period) / float64(t.limit.Rate) // per unit
+	var wait float64
+	switch t.limit.Algorithm {
+	case core.TokenBucket:
+		wait = float64(r.RetryAfter)
+		if r.Allowed {
+			// The first token is there while the bucket lacks fewer than
+			// Capacity-1 of being full: wait is <= 0, exactly.
+			wait = float64(r.ResetAfter) - float64(t.limit.Capacity()-1)*per
+		}
+	case core.LeakyBucket:
+		wait = float64(r.ResetAfter) // the queue ahead drains, then it leaves
+	default:
+		switch {
+		case r.Allowed:
+			return max(r.Remaining, 1) // spend this window, then count whole ones
+		case r.RetryAfter >= d:
+			return 0
+		}
+		windows := math.Ceil(float64(d-r.RetryAfter) / float64(t.limit.Period))
+		return units(windows * float64(t.limit.Rate))
+	}
+	if wait >= float64(d) {
+		return 0
+	}
+	return units(math.Ceil((float64(d) - wait) / per))
+}
+
+// units is a charge of f units, within what Settle takes.
+func units(f float64) int {
+	const most = 1 << 40
+	return int(min(max(f, 1), most))
+}
+
+// floors are the pauses this Transport keeps on its own: key to the end of
+// its pause, on the Transport's clock.
+type floors struct {
+	n     atomic.Int32 // len(until), read without the lock
+	mu    sync.Mutex
+	until map[string]time.Time
+}
+
+// set pauses key for d from now, unless it is paused longer already, and
+// reports whether there was room to.
+func (f *floors) set(key string, now time.Time, d time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.until == nil {
+		f.until = map[string]time.Time{}
+	}
+	if _, ok := f.until[key]; !ok && len(f.until) >= maxFloors {
+		for k, end := range f.until {
+			if !end.After(now) {
+				delete(f.until, k)
+			}
+		}
+		if len(f.until) >= maxFloors {
+			return false
+		}
+	}
+	if end := now.Add(d); end.After(f.until[key]) {
+		f.until[key] = end
+	}
+	f.n.Store(int32(len(f.until)))
+	return true
+}
+
+// left is how long key is still paused at now.
+func (f *floors) left(key string, now time.Time) time.Duration {
+	if f.n.Load() == 0 {
+		return 0 // the common case, without the lock
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	end, ok := f.until[key]
+	if !ok {
+		return 0
+	}
+	if left := end.Sub(now); left > 0 {
+		return left
+	}
+	delete(f.until, key)
+	f.n.Store(int32(len(f.until)))
+	return 0
+}
+
+// waitFloor waits out, or refuses for, a pause this Transport keeps on key.
+func (t *Transport) waitFloor(ctx context.Context, key string) error {
+	left := t.floors.left(key, t.now())
+	if left <= 0 {
+		return nil
+	}
+	r := core.Result{RetryAfter: left}
+	if t.failFast {
+		return &LimitError{Key: key, Result: r}
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < left {
+		return &LimitError{Key: key, Result: r, err: fmt.Errorf("%w: %q is paused for %v", core.ErrWaitExceedsDeadline, key, left)}
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("nethttplimit: Transport: %q: %w", key, ctx.Err())
+	}
+}
