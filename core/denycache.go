@@ -37,7 +37,7 @@ func (c *denyCache) get(key string, pl *plan, n int, now time.Time, out []Result
 	d, ok := c.m[key]
 	if ok && !slices.Equal(d.limits, pl.limits) {
 		// This call goes to Redis under other Limits, which may refill the
-		// key's state (a key keeps one state whatever its Limit): the
+		// key's state (a key keeps one state per algorithm whatever its Rate): the
 		// denial may no longer hold when the old Limits come back.
 		delete(c.m, key)
 		return false

@@ -89,7 +89,8 @@ func (ls *leases) get(pl *plan, tag string, keys []string, create bool) *lease {
 		return e
 	}
 	// A lease under another Limit is left to run out on its own: a key
-	// keeps one state whatever its Limit, and the new Limit starts afresh.
+	// keeps one state per algorithm whatever its Rate, and the new Limit
+	// starts afresh.
 	if !create || len(ls.m) >= maxLeases {
 		return nil
 	}

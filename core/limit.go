@@ -14,9 +14,11 @@ import (
 // "5/2s sliding_window", "10000/month tz=Europe/Berlin") lets one come from
 // a flag, an environment variable, JSON or YAML.
 //
-// A Limit is a plain value: changing the Limit passed for a key takes effect
-// on the next call, without a Reset and without handing out free units (see
-// Limiter for what each algorithm carries over).
+// A Limit is a plain value: changing the Rate, Period or Burst passed for a
+// key takes effect on the next call, without a Reset and without handing
+// out free units (see Limiter for what each algorithm carries over).
+// Each algorithm keeps its own state: moving a key to another Algorithm
+// starts it with that algorithm's whole quota.
 type Limit struct {
 	// Algorithm enforces the quota. Default: TokenBucket.
 	Algorithm Algorithm

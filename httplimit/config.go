@@ -28,8 +28,10 @@ type Config struct {
 	// "use Limit". It runs only for a request that was keyed, and gets the
 	// key Key returned: when Key verifies what the client claims (an API
 	// key, a tenant), LimitFunc sees only verified ones. A key keeps one
-	// state whatever Limit it is decided under, as after a change of its
-	// Limit: that is what tiers need. For routes with limits of their own,
+	// state per algorithm whatever the Rate, Period or Burst it is decided
+	// under, as after a change of its Limit: that is what tiers need (tiers
+	// of different algorithms are different states, each with its own
+	// quota). For routes with limits of their own,
 	// give them keys of their own (KeyJoin with KeyByRoute), or one Policy
 	// each, with its own Name. Default: none.
 	LimitFunc func(r Request, key string) (core.Limit, bool)

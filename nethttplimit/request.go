@@ -13,9 +13,9 @@ import (
 // pointer-shaped, so passing it as an interface does not allocate.
 type request struct{ r *http.Request }
 
-func (q request) Context() context.Context { return q.r.Context() }
-func (q request) RemoteAddr() string       { return q.r.RemoteAddr }
-func (q request) Method() string           { return q.r.Method }
+func (q request) Context() context.Context    { return q.r.Context() }
+func (q request) RemoteAddr() string          { return q.r.RemoteAddr }
+func (q request) Method() string              { return q.r.Method }
 func (q request) Header(name string) []string { return q.r.Header.Values(name) }
 
 // Route is the ServeMux pattern the request matched ("GET /items/{id}",
