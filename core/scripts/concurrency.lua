@@ -25,7 +25,7 @@ end
 
 function cc.load(keys, k, vals, p)
   local key = keys[k]
-  local gone = call('ZRANGEBYSCORE', key, '-inf', clock, 'LIMIT', 0, 2)
+  local gone = call('ZRANGEBYSCORE', key, '-inf', fmt('%d', clock), 'LIMIT', 0, 2)
   if #gone > 0 then call('ZREM', key, unpack(gone)) end
   local st = {key = key, live = call('ZCOUNT', key, fmt('(%d', clock), '+inf'), last = 0}
   if st.live > 0 then st.last = tonumber(call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
@@ -42,7 +42,7 @@ function cc.decide(st, p, n, mode, stamp, id)
   elseif mode == RENEW then
     local score = call('ZSCORE', st.key, id)
     if score and tonumber(score) > clock then
-      call('ZADD', st.key, 'XX', clock + p.period, id)
+      call('ZADD', st.key, 'XX', fmt('%d', clock + p.period), id)
       st.last, st.dirty = max(st.last, clock + p.period), true
       granted = 1
     end
@@ -51,7 +51,7 @@ function cc.decide(st, p, n, mode, stamp, id)
   elseif st.live + n <= p.rate then
     granted = n
     if mode ~= PEEK then
-      call('ZADD', st.key, clock + p.period, id)
+      call('ZADD', st.key, fmt('%d', clock + p.period), id)
       st.live, st.last, st.dirty = st.live + n, clock + p.period, true
     end
   end
@@ -67,7 +67,7 @@ function cc.decide(st, p, n, mode, stamp, id)
 end
 
 function cc.save(st, p, reset, nonpeek)
-  if st.dirty then call('PEXPIRE', st.key, max(1, ceil((st.last - clock) / 1000))) end
+  if st.dirty then call('PEXPIRE', st.key, fmt('%d', max(1, ceil((st.last - clock) / 1000)))) end
 end
 
 algorithms[6] = cc

@@ -7,7 +7,9 @@
 -- Every number the library computes is an integer below 2^53, so Lua's
 -- doubles hold it exactly; the client refuses Limits whose sums could leave
 -- that range. Numbers are written into values with string.format('%d'),
--- never with tostring, which keeps only 14 digits. A multiple assignment
+-- never with tostring, which keeps only 14 digits, and are passed to
+-- redis.call the same way: cheaper than Redis' own conversion of a Lua
+-- number, which a hot call would pay on every write. A multiple assignment
 -- never mixes locals and table fields: miniredis' Lua (gopher-lua), which
 -- the tests run on, assigns such a statement wrongly inside a function.
 --
@@ -94,13 +96,13 @@ end
 local function persist(st, reset, nonpeek, encode)
   if st.dirty then
     local ttl = max(1, ceil(reset / 1000))
-    call('SET', st.key, encode(st), 'PX', ttl)
+    call('SET', st.key, encode(st), 'PX', fmt('%d', ttl))
     return ttl
   end
   if nonpeek and st.found and reset > 0 then
     local need = ceil(reset / 1000)
     if call('PTTL', st.key) < need - 1 then
-      call('PEXPIRE', st.key, need)
+      call('PEXPIRE', st.key, fmt('%d', need))
       return need
     end
   end

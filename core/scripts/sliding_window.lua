@@ -61,7 +61,7 @@ end
 -- sw_trim removes the entries that have left the window ending at clock.
 local function sw_trim(st, horizon)
   if st.m == 0 or st.oldest > horizon then return end
-  st.m = st.m - call('ZREMRANGEBYSCORE', st.log, '-inf', horizon)
+  st.m = st.m - call('ZREMRANGEBYSCORE', st.log, '-inf', fmt('%d', horizon))
   local first = {}
   if st.m > 0 then first = call('ZRANGE', st.log, 0, 0, 'WITHSCORES') end
   if #first == 0 then
@@ -105,7 +105,7 @@ local function sw_add(st, p, t, w)
     st.nw, st.m = w, st.m + 1
   end
   st.T = st.T + w
-  call('ZADD', st.log, t, fmt('%d %d', st.T, st.nw))
+  call('ZADD', st.log, fmt('%d', t), fmt('%d %d', st.T, st.nw))
   st.newest, st.dirty = t, true
   if st.m == 1 then st.oldest = t end
 end
@@ -116,7 +116,7 @@ end
 -- stays for later units, and the refund is dropped (strict side).
 local function sw_refund(st, p, n, stamp)
   if st.m == 0 or stamp <= clock - p.period then return end
-  local member = call('ZRANGEBYSCORE', st.log, stamp, '+inf', 'LIMIT', 0, 1)[1]
+  local member = call('ZRANGEBYSCORE', st.log, fmt('%d', stamp), '+inf', 'LIMIT', 0, 1)[1]
   if not member then return end
   local s, w = sw_entry(member)
   local cr, at, have = st.cr, 0, 0
@@ -271,7 +271,7 @@ function sw.save(st, p, reset, nonpeek)
     st.dirty = true
   end
   local ttl = persist(st, reset, nonpeek, sw_encode)
-  if ttl then call('PEXPIRE', st.log, ttl) end
+  if ttl then call('PEXPIRE', st.log, fmt('%d', ttl)) end
 end
 
 algorithms[2] = sw
