@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -174,12 +175,18 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// printSummary writes the lines for the terminal (/dev/tty) when there is
-// one, since go test hides the output of a package that passes, and to
-// stderr otherwise, or when writing to the terminal fails: a skip must
-// never go unsaid.
+// printSummary writes the lines where they will be seen: into the test's
+// own output under go test -json (gotestsum, the README's test command,
+// prints it), else to the terminal (/dev/tty) when there is one, since go
+// test hides the output of a package that passes, and to stderr
+// otherwise, or when writing to the terminal fails: a skip must never go
+// unsaid.
 func printSummary(lines string) {
 	if lines == "" {
+		return
+	}
+	if slices.Contains(os.Args[1:], "-test.v=test2json") {
+		_, _ = io.WriteString(os.Stdout, lines)
 		return
 	}
 	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {

@@ -353,18 +353,16 @@ func TestOverflowingLimits(t *testing.T) {
 		want  string // in the error
 	}{
 		{"1e12 per nanosecond", core.Limit{Rate: 1e12, Period: time.Nanosecond}, "Period"},
-		// The buckets divide Rate and Period by their GCD, so 5e14 per hour
-		// is within range for them (see below), but 1e15 is not, nor is
-		// anything for the windows whose Rate × Period (µs) reaches 2^52.
-		{"1e15 per hour, token bucket", core.Limit{Rate: 1e15, Period: time.Hour}, "exceeds"},
-		{"1e15 per hour, sliding window", core.Limit{Algorithm: core.SlidingWindow, Rate: 1e15, Period: time.Hour}, "exceeds"},
-		{"1e15 per hour, fixed window", core.Limit{Algorithm: core.FixedWindow, Rate: 1e15, Period: time.Hour}, "exceeds"},
-		{"1e15 per hour and 1µs", core.Limit{Rate: 1e15, Period: time.Hour + time.Microsecond}, "exceeds"},
-		{"1e12 per second, window counter", core.Limit{Algorithm: core.SlidingWindowCounter, Rate: 1e12, Period: time.Second}, "exceeds"},
-		{"MaxInt per hour", core.Limit{Rate: math.MaxInt, Period: time.Hour}, "exceeds"},
-		{"burst MaxInt", core.Limit{Rate: 10, Burst: math.MaxInt, Period: time.Second}, "exceeds"},
-		{"1 per 292 years", core.Limit{Rate: 1, Period: math.MaxInt64}, "exceeds"},
-		{"leaky, 1e15 per day", core.Limit{Algorithm: core.LeakyBucket, Rate: 1e15, Period: 24 * time.Hour}, "exceeds"},
+		// Rate and Burst stop at 2^40 (about 1.1e12) and Period at 2^46µs
+		// (about 2.2 years), so that every sum the scripts make is exact.
+		{"1e15 per hour, token bucket", core.Limit{Rate: 1e15, Period: time.Hour}, "Rate"},
+		{"1e15 per hour, sliding window", core.Limit{Algorithm: core.SlidingWindow, Rate: 1e15, Period: time.Hour}, "Rate"},
+		{"1e15 per hour, fixed window", core.Limit{Algorithm: core.FixedWindow, Rate: 1e15, Period: time.Hour}, "Rate"},
+		{"2e12 per second, window counter", core.Limit{Algorithm: core.SlidingWindowCounter, Rate: 2e12, Period: time.Second}, "Rate"},
+		{"MaxInt per hour", core.Limit{Rate: math.MaxInt, Period: time.Hour}, "Rate"},
+		{"burst MaxInt", core.Limit{Rate: 10, Burst: math.MaxInt, Period: time.Second}, "Burst"},
+		{"1 per 292 years", core.Limit{Rate: 1, Period: math.MaxInt64}, "Period"},
+		{"leaky, 1e15 per day", core.Limit{Algorithm: core.LeakyBucket, Rate: 1e15, Period: 24 * time.Hour}, "Rate"},
 		{"negative rate", core.Limit{Rate: -1, Period: time.Second}, "Rate"},
 		{"negative burst", core.Limit{Rate: 1, Burst: -1, Period: time.Second}, "Burst"},
 		{"unknown algorithm", core.Limit{Algorithm: 99, Rate: 1, Period: time.Second}, "Algorithm"},
@@ -393,23 +391,26 @@ func TestOverflowingLimits(t *testing.T) {
 	}
 	// Large limits inside the range still work, exactly.
 	for _, l := range []core.Limit{
-		{Rate: 5e14, Period: time.Hour},
-		{Algorithm: core.LeakyBucket, Rate: 5e14, Period: time.Hour},
+		{Rate: 1e12, Period: time.Hour},
+		{Algorithm: core.LeakyBucket, Rate: 1e12, Period: time.Hour},
 	} {
 		key := "huge-" + l.Algorithm.String()
 		if res, err := lim.AllowN(ctx, key, l, l.Rate); err != nil || !res.Allowed || res.Granted != l.Rate {
-			t.Errorf("%v 5e14 per hour, AllowN(5e14) on a fresh key: %+v, %v; want admitted", l.Algorithm, res, err)
+			t.Errorf("%v 1e12 per hour, AllowN(1e12) on a fresh key: %+v, %v; want admitted", l.Algorithm, res, err)
 		}
 		// A tenth of an hour's worth takes about 6 minutes to refill.
 		res, err := lim.AllowN(ctx, key, l, l.Rate/10)
 		if err != nil || res.Allowed || res.RetryAfter < 5*time.Minute || res.RetryAfter > 7*time.Minute {
-			t.Errorf("%v 5e14 per hour, AllowN(5e13) right after: %+v, %v; want denied, RetryAfter about 6m", l.Algorithm, res, err)
+			t.Errorf("%v 1e12 per hour, AllowN(1e11) right after: %+v, %v; want denied, RetryAfter about 6m", l.Algorithm, res, err)
 		}
 	}
 	for _, l := range []core.Limit{
 		{Rate: 1e9, Period: time.Second},
 		{Rate: 1e6, Period: time.Hour},
 		{Algorithm: core.SlidingWindowCounter, Rate: 1e6, Period: time.Hour},
+		{Algorithm: core.SlidingWindowCounter, Rate: 1e12, Period: time.Second},
+		{Algorithm: core.FixedWindow, Rate: 1e9, Period: 365 * 24 * time.Hour},
+		{Algorithm: core.SlidingWindow, Rate: 1e9, Period: 365 * 24 * time.Hour},
 		{Rate: 1, Period: 365 * 24 * time.Hour},
 	} {
 		if res, err := lim.Allow(ctx, "big", l); err != nil || !res.Allowed {

@@ -66,8 +66,9 @@ func unique(t testing.TB) string {
 // handshake (HELLO, CLIENT SETINFO) is not counted: it is go-redis', not
 // the Limiter's.
 type counter struct {
-	cmds  atomic.Int64
-	evals atomic.Int64 // EVAL (not EVALSHA): a script was (re)loaded
+	cmds      atomic.Int64
+	evals     atomic.Int64 // EVAL (not EVALSHA): a script was (re)loaded
+	decisions atomic.Int64 // FCALL, EVALSHA, EVAL: the calls that decide
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -79,8 +80,12 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd) // the connection's own handshake
 		}
 		c.cmds.Add(1)
-		if cmd.Name() == "eval" {
+		switch cmd.Name() {
+		case "eval":
 			c.evals.Add(1)
+			c.decisions.Add(1)
+		case "fcall", "evalsha":
+			c.decisions.Add(1)
 		}
 		return next(ctx, cmd)
 	}
