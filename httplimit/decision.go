@@ -323,9 +323,11 @@ func ReportCost(ctx context.Context, p *Policy, units int) bool {
 // has returned: the InFlight permit is given back; under Config.CountIf a
 // request whose status does not count gets its units back; under
 // Config.Settle a reported cost is settled. The calls are bounded by the
-// Limiter's timeout and run even when the request's context has ended; one
-// that fails errs on the strict side (a permit then lapses by itself) and
-// is not reported.
+// Limiter's timeout and run even when the request's context has ended. A
+// failed give-back errs on the strict side (the units stay spent; a permit
+// lapses by itself); a failed charge of a reported cost above the estimate
+// is lost, so the client has spent only the estimate. Neither is reported
+// to the Observer: the decision was.
 func (d *Decision) Finish(status int) {
 	if !d.WantsFinish() {
 		return
