@@ -41,6 +41,16 @@ const (
 
 var outcomeNames = [...]string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key", "in_flight"}
 
+// Outcomes lists every Outcome, in order (OutcomeAllowed first): for
+// metrics that describe or pre-create one series per outcome.
+func Outcomes() []Outcome {
+	out := make([]Outcome, len(outcomeNames))
+	for i := range out {
+		out[i] = Outcome(i)
+	}
+	return out
+}
+
 // String returns the outcome's snake_case name.
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {

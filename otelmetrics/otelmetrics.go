@@ -43,9 +43,7 @@ package otelmetrics
 
 import (
 	"context"
-	"encoding"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -122,44 +120,21 @@ type Observer struct {
 	mu       sync.Mutex // serializes writers of policies
 }
 
-// The algorithms and outcomes core and httplimit define, counted from
-// their text forms (MarshalText fails for the first value past the last),
-// so that a new one is cached and listed without a change here.
+// The algorithms and outcomes core and httplimit define, so that a new one
+// is cached and listed without a change here.
 var (
-	numAlgorithms = known[core.Algorithm]()
-	numOutcomes   = known[httplimit.Outcome]()
-	outcomeNames  = names[httplimit.Outcome](numOutcomes)
+	numAlgorithms = len(core.Algorithms())
+	numOutcomes   = len(httplimit.Outcomes())
+	outcomeNames  = joinNames(httplimit.Outcomes())
 )
 
-// enum is a uint8 enumeration whose MarshalText fails for an undefined
-// value.
-type enum interface {
-	~uint8
-	encoding.TextMarshaler
-}
-
-// known counts the values of E from 0 up to the first it does not define.
-func known[E enum]() int {
-	n := 0
-	for n <= math.MaxUint8 {
-		if _, err := E(n).MarshalText(); err != nil {
-			break
-		}
-		n++
-	}
-	return n
-}
-
-// names lists the text forms of the first n values of E, comma-separated.
-func names[E enum](n int) string {
-	s := make([]string, n)
-	for i := range s {
-		b, _ := E(i).MarshalText()
-		s[i] = string(b)
+func joinNames[E fmt.Stringer](values []E) string {
+	s := make([]string, len(values))
+	for i, v := range values {
+		s[i] = v.String()
 	}
 	return strings.Join(s, ", ")
 }
-
 
 // policyAttrs holds the measurement options of one policy, each a ready
 // variadic slice, so that Add and Record are called without building one.
