@@ -225,6 +225,10 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	keys := make([]string, 0, len(order)*pl.nkeys)
 	args := append(make([]any, 0, len(head)+len(order)+3*len(calls)), head...)
 	sorted := make([]*pending, 0, len(calls))
+	refunds := false
+	for _, c := range calls {
+		refunds = refunds || c.rq.mode == modeRefund
+	}
 	for _, k := range order {
 		reqs := byState[k]
 		keys = append(keys, reqs[0].keys[:reqs[0].nkeys]...)
@@ -234,7 +238,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 			sorted = append(sorted, c)
 		}
 	}
-	v, err := l.call(ctx, pl, keys, args, false)
+	v, err := l.call(ctx, pl, keys, args, false, refunds)
 	nl := len(pl.layers)
 	results := make([]Result, nl*len(sorted))
 	if err == nil {

@@ -18,18 +18,27 @@ var libraryOne = libraryName + "_1"
 // FLUSH). A server that lost the library (a restart, FUNCTION FLUSH) is
 // answered by the script at once, while the library is loaded again in
 // the background. The caller has bounded ctx (see bound).
-func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any, single bool) (any, error) {
+//
+// once sends a call go-redis must not retry: a refund's. A decision that
+// takes, retried after its reply was lost, counts twice at most (the
+// strict side); a refund retried would give back twice. Unretried, a lost
+// reply is an error, and the units may or may not have come back: the
+// strict side again.
+func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any, single, once bool) (any, error) {
 	fn, script := libraryName, pl.script
 	if single {
 		fn, script = libraryOne, pl.single
 	}
 	run := func(ctx context.Context) (any, error) {
 		if l.funcs.on.Load() {
-			v, err := l.rdb.FCall(ctx, fn, keys, args...).Result()
+			v, err := l.fcall(ctx, fn, keys, args, once)
 			if err == nil || !isNoFunction(err) {
 				return v, err
 			}
 			l.funcs.lost(l)
+		}
+		if once {
+			return l.evalOnce(ctx, script, keys, args)
 		}
 		return script.Run(ctx, l.rdb, keys, args...).Result()
 	}
@@ -40,6 +49,43 @@ func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any,
 	// The call may outlive the caller, whose KEYS buffer is recycled.
 	keys = append([]string(nil), keys...)
 	return l.detached(ctx, run)
+}
+
+// noRetry is a command go-redis sends at most once (see call's once).
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
+
+func (l *Limiter) fcall(ctx context.Context, fn string, keys []string, args []any, once bool) (any, error) {
+	if !once {
+		return l.rdb.FCall(ctx, fn, keys, args...).Result()
+	}
+	return l.processOnce(ctx, "fcall", fn, keys, args)
+}
+
+// evalOnce is Script.Run, each command sent at most once: EVALSHA, then
+// EVAL when Redis has not the script (NOSCRIPT: nothing ran).
+func (l *Limiter) evalOnce(ctx context.Context, s *evalScript, keys []string, args []any) (any, error) {
+	v, err := l.processOnce(ctx, "evalsha", s.Hash(), keys, args)
+	var re redis.Error
+	if errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT") {
+		return l.processOnce(ctx, "eval", s.src, keys, args)
+	}
+	return v, err
+}
+
+func (l *Limiter) processOnce(ctx context.Context, name, target string, keys []string, args []any) (any, error) {
+	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+	cmdArgs = append(cmdArgs, name, target, len(keys))
+	for _, k := range keys {
+		cmdArgs = append(cmdArgs, k)
+	}
+	cmd := redis.NewCmd(ctx, append(cmdArgs, args...)...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3) // the slot a Cluster client routes by
+	}
+	_ = l.rdb.Process(ctx, noRetry{cmd})
+	return cmd.Result()
 }
 
 func isNoFunction(err error) bool {

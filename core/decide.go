@@ -246,7 +246,7 @@ func (rq *request) appendTail(args []any) []any {
 // runOne makes one decision in a call of its own.
 func (l *Limiter) runOne(ctx context.Context, rq *request, keys []string, out []Result) error {
 	args, single := rq.args(l.clock())
-	v, err := l.call(ctx, rq.pl, keys, args, single)
+	v, err := l.call(ctx, rq.pl, keys, args, single, rq.mode == modeRefund)
 	if err != nil {
 		return err
 	}

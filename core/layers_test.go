@@ -89,19 +89,20 @@ func (c *opsCounter) sawReply(cmd redis.Cmder) {
 	num := func(v any) int { n, _ := strconv.Atoi(fmt.Sprint(v)); return n }
 	argv := args[3+num(args[2]):]
 	if isOne(fmt.Sprint(args[1])) {
-		// one's ARGV: the algorithm, its Limit, the request.
-		alg := num(argv[0])
-		mode := num(argv[1+scriptParams[alg]]) % 8
+		// one's ARGV: the Limit's spec, then the request.
+		mode := num(argv[1]) % 8
 		if g, _ := vals[1].(int64); g > 0 && (mode == modeConsume || mode == modeAtMost) {
 			c.admitted.Add(1)
 		}
 		return
 	}
+	// run's ARGV: L, a spec per layer ("<script> <param> ..."), then the
+	// requests.
 	nl, a, ids := num(argv[0]), 1, false
 	for range nl {
-		alg := num(argv[a])
-		ids = ids || alg == algorithms[Concurrency].script
-		a += 1 + scriptParams[alg]
+		script, _, _ := strings.Cut(fmt.Sprint(argv[a]), " ")
+		ids = ids || num(script) == algorithms[Concurrency].script
+		a++
 	}
 	var modes []int
 	for a < len(argv) {
@@ -147,9 +148,6 @@ func isOne(fn string) bool {
 	}
 	return false
 }
-
-// scriptParams is how many ARGV each script algorithm's Limit takes.
-var scriptParams = map[int]int{1: 4, 2: 2, 3: 3, 4: 2, 5: 5, 6: 2, 7: 5}
 
 // opsWallClock is a redis.Hook that moves a miniredis' clock to follow the
 // wall clock before every command, for the tests of code that sleeps on the

@@ -65,10 +65,10 @@ type Limiter struct {
 //
 // Make rdb with ContextTimeoutEnabled: go-redis then stops at the Limiter's
 // deadline on the socket itself; without it the Limiter still keeps its
-// timeout, at the cost of a goroutine per call. Keep the Limiter's timeout
-// below the client's ReadTimeout (3s by default), or set MaxRetries: -1:
-// go-redis retries a command whose reply was lost, and a retried call
-// counts its requests twice (it never admits one twice).
+// timeout, at the cost of a goroutine per call. go-redis retries a command
+// whose reply was lost: a retried decision counts its requests twice (it
+// never admits one twice); a refund is never retried, since it would give
+// back twice. MaxRetries: -1 turns the retries off altogether.
 //
 // New loads the Limiter's functions into Redis in the background (where
 // Redis 7 functions are not available, each call is a script instead),

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // maxLayers bounds the Limits of one key decided together (AllowLayers),
@@ -22,13 +20,13 @@ type plan struct {
 	all    []Limit // a layer subset's whole set, with mask
 	mask   uint8
 	layers []layer
-	script *redis.Script // the EVAL form of run: the one algorithm's, or all
-	single *redis.Script // the EVAL form of one, for a plan of one layer
-	nkeys  int           // KEYS per caller key
-	ids    bool          // a layer names permits (Concurrency)
-	args   []any         // run's ARGV head: the layers
-	head   []any         // one's ARGV head, for a plan of one layer: the Limit
-	one    []any         // head, then a request of n = 1, consumed
+	script *evalScript // the EVAL form of run: the one algorithm's, or all
+	single *evalScript // the EVAL form of one, for a plan of one layer
+	nkeys  int         // KEYS per caller key
+	ids    bool        // a layer names permits (Concurrency)
+	args   []any       // run's ARGV head: the layers
+	head   []any       // one's ARGV head, for a plan of one layer: the Limit
+	one    []any       // head, then a request of n = 1, consumed
 	// cal holds the ARGV head of a plan with a calendar layer, rebuilt
 	// when the client's clock leaves its window.
 	cal atomic.Pointer[calendarArgs]

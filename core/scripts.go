@@ -83,11 +83,20 @@ func buildLibrary() (name, src string) {
 		"redis.register_function('" + name + "_1', function(keys, args) return one(keys, args) end)\n"
 }
 
-func buildEvalScripts() (all, one [8]*redis.Script) {
-	all[0] = redis.NewScript(body(sources()...) + "return run(KEYS, ARGV)\n")
+// evalScript is a script with its source, for the calls that send EVAL
+// themselves (see call's once).
+type evalScript struct {
+	*redis.Script
+	src string
+}
+
+func newEvalScript(src string) *evalScript { return &evalScript{redis.NewScript(src), src} }
+
+func buildEvalScripts() (all, one [8]*evalScript) {
+	all[0] = newEvalScript(body(sources()...) + "return run(KEYS, ARGV)\n")
 	for _, a := range append(algorithms[:], calendarWindow) {
-		all[a.script] = redis.NewScript(body(a.source) + "return run(KEYS, ARGV)\n")
-		one[a.script] = redis.NewScript(body(a.source) + "return one(KEYS, ARGV)\n")
+		all[a.script] = newEvalScript(body(a.source) + "return run(KEYS, ARGV)\n")
+		one[a.script] = newEvalScript(body(a.source) + "return one(KEYS, ARGV)\n")
 	}
 	return all, one
 }

@@ -14,9 +14,9 @@ import (
 // pointer-shaped, so passing it as an interface does not allocate.
 type request struct{ c *echo.Context }
 
-func (q request) Context() context.Context { return q.c.Request().Context() }
-func (q request) RemoteAddr() string       { return q.c.Request().RemoteAddr }
-func (q request) Method() string           { return q.c.Request().Method }
+func (q request) Context() context.Context    { return q.c.Request().Context() }
+func (q request) RemoteAddr() string          { return q.c.Request().RemoteAddr }
+func (q request) Method() string              { return q.c.Request().Method }
 func (q request) Header(name string) []string { return q.c.Request().Header.Values(name) }
 
 // Route is the matched route pattern (c.Path(), "/items/:id"), "" when no

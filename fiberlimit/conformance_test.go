@@ -69,6 +69,15 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 		mws = append(mws, fiberlimit.New(fc))
 	}
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	// A recover outside the middleware, answering as the suite asks.
+	app.Use(func(c *fiber.Ctx) (err error) {
+		defer func() {
+			if recover() != nil {
+				err = c.Status(http.StatusInternalServerError).SendString("panicked")
+			}
+		}()
+		return c.Next()
+	})
 	app.Use(func(c *fiber.Ctx) error {
 		if ctx, ok := c.Context().UserValue(testContext).(context.Context); ok {
 			c.SetUserContext(ctx)
@@ -86,9 +95,12 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	route("/login", func(c *fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
 	route("/spend", func(c *fiber.Ctx) error {
 		n, _ := strconv.Atoi(c.Get("X-Used"))
-		fiberlimit.ReportCost(c, first, n)
+		if !fiberlimit.ReportCost(c, first, n) {
+			return c.SendString("unsettled")
+		}
 		return c.SendString("ok")
 	})
+	route("/panic", func(*fiber.Ctx) error { panic("conformance: /panic") })
 	route("/inside", func(c *fiber.Ctx) error { return c.SendString(cfgs[0].Inside()) })
 	app.Get("/upload", func(c *fiber.Ctx) error {
 		n, _ := strconv.Atoi(c.Get("X-Cost"))

@@ -55,6 +55,9 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	}
 	limited := func(h gin.HandlerFunc) []gin.HandlerFunc { return append(append([]gin.HandlerFunc(nil), mws...), h) }
 	r := gin.New()
+	// Gin's own recovery, answering as the suite asks; registered before
+	// the routes, so that it wraps them.
+	r.Use(gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, _ any) { c.String(http.StatusInternalServerError, "panicked") }))
 	ok := func(c *gin.Context) { c.String(http.StatusOK, "ok") }
 	// Gin routes HEAD apart from GET: one handler for both.
 	r.Match([]string{http.MethodGet, http.MethodHead}, "/", limited(ok)...)
@@ -64,9 +67,13 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	r.GET("/login", limited(func(c *gin.Context) { c.String(http.StatusUnauthorized, "bad password") })...)
 	r.GET("/spend", limited(func(c *gin.Context) {
 		n, _ := strconv.Atoi(c.GetHeader("X-Used"))
-		ginlimit.ReportCost(c, first, n)
+		if !ginlimit.ReportCost(c, first, n) {
+			c.String(http.StatusOK, "unsettled")
+			return
+		}
 		c.String(http.StatusOK, "ok")
 	})...)
+	r.GET("/panic", limited(func(*gin.Context) { panic("conformance: /panic") })...)
 	r.GET("/inside", limited(func(c *gin.Context) { c.String(http.StatusOK, cfgs[0].Inside()) })...)
 	r.GET("/upload", func(c *gin.Context) {
 		n, _ := strconv.Atoi(c.GetHeader("X-Cost"))

@@ -48,8 +48,8 @@ type Config struct {
 	// second round trip on its own key: on a Redis Cluster one key for
 	// everyone lives on one shard, so checking it only for requests the
 	// key's layers admitted keeps that shard's load to the admitted rate.
-	// A request the Global denies has still used its key's quota.
-	// Default: none.
+	// A request the Global denies has still used its key's quota (its
+	// InFlight permit is given back at once). Default: none.
 	Global *core.Limit
 
 	// InFlight, if above 0, is how many requests of a key may be in flight

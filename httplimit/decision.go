@@ -368,9 +368,7 @@ func (d *Decision) Finish(status int) {
 				_, _ = p.limiter.SettleLayers(ctx, d.key, limits, taken, int(used))
 			}
 			if p.inflight.Rate > 0 {
-				permit := make([]core.Result, len(taken))
-				permit[len(permit)-1] = taken[len(taken)-1]
-				_ = p.limiter.RefundLayers(ctx, d.key, limits, permit)
+				d.givePermitBack(ctx)
 			}
 		}
 	}
@@ -382,6 +380,15 @@ func (d *Decision) Finish(status int) {
 			_, _ = p.limiter.Settle(ctx, p.globalKey, *p.global, d.global.Result, int(used))
 		}
 	}
+}
+
+// givePermitBack gives back the InFlight permit the key's layers took
+// (RefundLayers of the permit's layer alone).
+func (d *Decision) givePermitBack(ctx context.Context) {
+	limits := d.policy.limits(d.Limit)
+	permit := make([]core.Result, len(limits))
+	permit[len(permit)-1] = d.layers[len(d.layers)-1].Result
+	_ = d.policy.limiter.RefundLayers(ctx, d.key, limits, permit)
 }
 
 // renewal keeps a request's InFlight permit while its handler runs longer

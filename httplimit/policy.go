@@ -128,6 +128,13 @@ func (p *Policy) decideRequest(r Request, n int) Decision {
 	if d.Outcome == OutcomeAllowed && d.policy.inflight.Rate > 0 && d.took {
 		d.renewal = newRenewal(&d)
 	}
+	if d.took && p.inflight.Rate > 0 && !d.Proceed() {
+		// No handler runs to give the permit back (the Global refused or
+		// failed, or the client left during a LeakyBucket wait): without
+		// this the key would be refused for its permit until the lease
+		// lapses. Its rate units stay spent, as Config.Global says.
+		d.givePermitBack(context.WithoutCancel(d.ctx))
+	}
 	if p.observer != nil {
 		p.observer.Observe(d)
 	}

@@ -65,9 +65,13 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	}))
 	mux.Handle("GET /spend", limited(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.Header.Get("X-Used"))
-		nethttplimit.ReportCost(r, first, n)
+		if !nethttplimit.ReportCost(r, first, n) {
+			_, _ = io.WriteString(w, "unsettled")
+			return
+		}
 		_, _ = io.WriteString(w, "ok")
 	}))
+	mux.Handle("GET /panic", limited(func(http.ResponseWriter, *http.Request) { panic("conformance: /panic") }))
 	mux.Handle("GET /inside", limited(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, cfgs[0].Inside())
 	}))
@@ -84,9 +88,21 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	// A recover outside the middleware, as a recovery middleware wraps an
+	// app (net/http's server would only log the panic and drop the
+	// connection).
+	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if recover() != nil {
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, "panicked")
+			}
+		}()
+		mux.ServeHTTP(w, r)
+	})
 	return func(r *http.Request) *http.Response {
 		rec := httptest.NewRecorder()
-		mux.ServeHTTP(rec, r)
+		app.ServeHTTP(rec, r)
 		return rec.Result()
 	}
 }

@@ -109,8 +109,12 @@ type Adapter struct {
 	// route), GET /search, GET /healthz and GET /items/:id, each answering
 	// 200 "ok"; GET /login, answering 401 "bad password"; GET /spend, whose
 	// handler reports the cost in its X-Used header with the adapter's
-	// ReportCost to cfgs[0]'s Policy and answers 200 "ok"; GET /inside,
-	// answering 200 with what cfgs[0].Inside returns. Without the
+	// ReportCost to cfgs[0]'s Policy and answers 200 "ok", or 200
+	// "unsettled" when ReportCost returns false; GET /inside, answering
+	// 200 with what cfgs[0].Inside returns; GET /panic, whose handler
+	// panics, and which the app answers 500 "panicked" from a recover of
+	// its own outside the middleware (as a framework's recovery
+	// middleware would). Without the
 	// middleware: GET /upload, whose handler calls the adapter's Check with
 	// cfgs[0]'s check Policy at the cost in X-Cost and answers 200 "stored"
 	// when it passes, and GET /reset, whose handler calls the adapter's

@@ -512,7 +512,6 @@ var Scenarios = []Scenario{
 	},
 }
 
-
 // hookAfterKey is a Cost and a LimitFunc hook that fail the request (a
 // panic answers 500) if the Policy calls it for a request it cannot key.
 func hookAfterKey(r Req) bool {
@@ -601,6 +600,32 @@ var scenarios2 = []Scenario{
 			{Want: Want{Status: 200, Body: ok, Header: xrl("100", "98"), ResetIn: AnyReset, Event: "allowed"}},
 		},
 		Keys: []string{"http:" + peer},
+	},
+	{
+		// README "Requests in flight": "It gives the permit back when its
+		// handler returns (a panic included)." The handler panics holding
+		// the only permit; the next request gets it. Without the adapter's
+		// deferred Finish, it would be refused for its permit (in_flight)
+		// for the whole InFlightLease.
+		Name:    "in_flight_permit_back_after_panic",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(100), InFlight: 1})),
+		Steps: []Step{
+			{Path: "/panic", Want: Want{Status: 500, Body: "panicked", Header: xrl("100", "99"), ResetIn: AnyReset, Event: "allowed"}},
+			{Want: Want{Status: 200, Body: ok, Header: xrl("100", "98"), ResetIn: AnyReset, Event: "allowed"}},
+		},
+		Keys: []string{"http:" + peer},
+	},
+	{
+		// README "Costs known after the response": ReportCost "returns
+		// false when there is nothing to settle: ... took nothing for the
+		// request (it failed open)". With Redis up it returns true ("ok").
+		Name:    "settle_report_cost_false_after_failing_open",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(10), Settle: true})),
+		Steps: []Step{
+			{Path: "/spend", Header: hdr("X-Used", "1"), Want: allowed("10", "9", 6*time.Second)},
+			{StopRedis: true, Path: "/spend", Header: hdr("X-Used", "1"),
+				Want: Want{Status: 200, Body: "unsettled", Event: "failed_open", MaxTook: StopTimeout + slack}},
+		},
 	},
 	{
 		// A request that reports it cost 15 of 10 per minute runs the key
