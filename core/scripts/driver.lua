@@ -125,6 +125,10 @@ local function one(keys, args)
   else
     vals = call('MGET', unpack(keys))
   end
+  if mode == CONSUME and A.take then
+    local g, r, rt, rs, d = A.take(keys[1], vals[1], p, n)
+    return {clock, g, r, rt, rs, d}
+  end
   local st = A.load(keys, 1, vals, p)
   local g, r, rt, rs, d = A.decide(st, p, n, mode, stamp, id)
   A.save(st, p, rs, mode ~= PEEK)

@@ -42,25 +42,25 @@ local function cw_window(p, t)
   return b[3], b[4]
 end
 
+-- fw_at is the window that state value v (nil: no state) counts in at
+-- clock: its start and end, the units counted in it, and whether it lies
+-- ahead of the clock.
+local function fw_at(p, key, v)
+  local start = floor(clock / p.period) * p.period
+  if not v then return start, start + p.period, 0, false end
+  local s, count = match(v, '^(%d+) (%d+)$')
+  if not count then corrupt(key) end
+  s = tonumber(s)
+  if clock < s + p.period then return s, s + p.period, tonumber(count), s > clock end
+  -- (A window that began off the epoch's grid, under another period, is
+  -- followed, not overlapped.)
+  start = max(start, s + p.period)
+  return start, start + p.period, 0, false
+end
+
 function fw.load(keys, k, vals, p)
-  local st = {key = keys[k], start = floor(clock / p.period) * p.period, count = 0}
-  st.wend = st.start + p.period
-  local v = vals[k]
-  if not v then return st end
-  local start, count = match(v, '^(%d+) (%d+)$')
-  if not count then corrupt(keys[k]) end
-  start = tonumber(start)
-  st.found = true
-  if clock < start + p.period then
-    st.start, st.count = start, tonumber(count)
-    st.wend, st.ahead = start + p.period, start > clock
-  else
-    -- (A window that began off the epoch's grid, under another period,
-    -- is followed, not overlapped.)
-    st.start = max(st.start, start + p.period)
-    st.wend = st.start + p.period
-  end
-  return st
+  local start, wend, count, ahead = fw_at(p, keys[k], vals[k])
+  return {key = keys[k], start = start, wend = wend, count = count, ahead = ahead, found = vals[k] ~= nil, dirty = false}
 end
 
 function cw.load(keys, k, vals, p)
@@ -100,6 +100,23 @@ function cw.carry(st, p)
   end
 end
 
+-- window_waits are retry_after for need units (0: none refused), reset_after
+-- and the units remaining, of a window [start, wend) that counts count.
+local function window_waits(p, start, wend, count, ahead, need)
+  local retry, reset, remaining = 0, 0, 0
+  if need > 0 then
+    if ahead and count + need <= p.rate then retry = start - clock else retry = wend - clock end
+  end
+  if ahead then
+    reset = start - clock
+    if count > 0 then reset = wend - clock end
+  else
+    if count > 0 then reset = wend - clock end
+    remaining = max(0, p.rate - count)
+  end
+  return retry, reset, remaining
+end
+
 -- window_decide decides for both: A is fw or cw.
 local function window_decide(A, st, p, n, mode, stamp)
   local count, granted = st.count, 0
@@ -123,27 +140,21 @@ local function window_decide(A, st, p, n, mode, stamp)
       count = st.count
     end
   end
-  local retry, reset, remaining = 0, 0, 0
-  if granted == 0 and mode <= ATMOST then
-    local need = n
-    if mode == ATMOST then need = 1 end
-    if st.ahead and count + need <= p.rate then retry = st.start - clock else retry = st.wend - clock end
-  end
-  if st.ahead then
-    reset = st.start - clock
-    if count > 0 then reset = st.wend - clock end
-  else
-    if count > 0 then reset = st.wend - clock end
-    remaining = max(0, p.rate - count)
-  end
+  local need = 0
+  if granted == 0 and mode == ATMOST then need = 1 elseif granted == 0 and mode <= ATMOST then need = n end
+  local retry, reset, remaining = window_waits(p, st.start, st.wend, count, st.ahead, need)
   return granted, remaining, retry, reset, 0
 end
 
 function fw.decide(st, p, n, mode, stamp) return window_decide(fw, st, p, n, mode, stamp) end
 function cw.decide(st, p, n, mode, stamp) return window_decide(cw, st, p, n, mode, stamp) end
 
+local function fw_value(start, count)
+  return fmt('%d %d', start, count)
+end
+
 local function fw_encode(st)
-  return fmt('%d %d', st.start, st.count)
+  return fw_value(st.start, st.count)
 end
 
 local function cw_encode(st)
@@ -151,6 +162,24 @@ local function cw_encode(st)
 end
 
 function fw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, fw_encode) end
+
+-- take is one CONSUME of n, one's common call, with no table for the
+-- state (see tb.take).
+function fw.take(key, v, p, n)
+  local start, wend, count, ahead = fw_at(p, key, v)
+  local granted, need = 0, n
+  if not ahead and count + n <= p.rate then
+    granted, need = n, 0
+    count = count + n
+  end
+  local retry, reset, remaining = window_waits(p, start, wend, count, ahead, need)
+  if granted > 0 then
+    write(key, fw_value(start, count), reset)
+  elseif v then
+    keep(key, reset)
+  end
+  return granted, remaining, retry, reset, 0
+end
 function cw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, cw_encode) end
 
 algorithms[4] = fw

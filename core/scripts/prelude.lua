@@ -58,6 +58,9 @@ end
 --                    reset_after µs, delay µs; it updates st and sets
 --                    st.dirty when there is something to write
 --   save(st, p, reset, nonpeek) writes st (reset: µs until it is whole)
+--   take(key, v, p, n) optional: one CONSUME of n on a state of one
+--                    string key, whose value is v, as load, decide and save
+--                    would make it, for one's common call
 local algorithms = {}
 
 -- limit returns the Limit that spec, one ARGV string, spells:
@@ -85,6 +88,26 @@ local function limit(spec)
   return l
 end
 
+-- write sets key to value with a TTL of reset µs (at least 1 ms), and
+-- returns the TTL (ms).
+local function write(key, value, reset)
+  local ttl = max(1, ceil(reset / 1000))
+  call('SET', key, value, 'PX', fmt('%d', ttl))
+  return ttl
+end
+
+-- keep lengthens the TTL of key, a state that did not change, to reset µs
+-- when it is shorter, and returns the TTL it set (ms), or nil.
+local function keep(key, reset)
+  if reset <= 0 then return nil end
+  local need = ceil(reset / 1000)
+  if call('PTTL', key) < need - 1 then
+    call('PEXPIRE', key, fmt('%d', need))
+    return need
+  end
+  return nil
+end
+
 -- persist writes a string state, and returns the TTL it set (ms), or nil.
 -- A state that changed gets a TTL of exactly the time until its quota is
 -- whole (at least 1 ms): after that it no longer matters. A call that
@@ -94,18 +117,8 @@ end
 -- the TTL is lengthened. A TTL within 1 ms of the need is rounding, not a
 -- change. Only such a call reads the TTL; encode(st) is the changed value.
 local function persist(st, reset, nonpeek, encode)
-  if st.dirty then
-    local ttl = max(1, ceil(reset / 1000))
-    call('SET', st.key, encode(st), 'PX', fmt('%d', ttl))
-    return ttl
-  end
-  if nonpeek and st.found and reset > 0 then
-    local need = ceil(reset / 1000)
-    if call('PTTL', st.key) < need - 1 then
-      call('PEXPIRE', st.key, fmt('%d', need))
-      return need
-    end
-  end
+  if st.dirty then return write(st.key, encode(st), reset) end
+  if nonpeek and st.found then return keep(st.key, reset) end
   return nil
 end
 

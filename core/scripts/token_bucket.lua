@@ -25,34 +25,49 @@ function tb.params(args, a)
     scale = args[a]}
 end
 
-function tb.load(keys, k, vals, p)
+-- tb_at is the bucket that state value v (nil: no state) holds at clock:
+-- its tokens, the time t they are true at (t keeps what is left of a
+-- tick), and now, clock or the state's own later time.
+local function tb_at(p, key, v)
   local full = p.full
-  -- (Every field is in the constructor: a table that grows rehashes.)
-  local st = {key = keys[k], now = clock, t = clock, tokens = full, period = p.period, found = false, dirty = false}
-  local v = vals[k]
-  if not v then return st end
+  if not v then return full, clock, clock end
   local tokens, t, scale = match(v, '^(%-?%d+) (%d+) (%d+)$')
-  if not scale then corrupt(keys[k]) end
+  if not scale then corrupt(key) end
   tokens, t = tonumber(tokens), tonumber(t)
-  st.found = true
   if scale ~= p.scale then tokens = floor(tokens / tonumber(scale) * p.period) end
-  local at = clock
-  if t > clock then at = t; st.now = t end
+  local now = clock
+  if t > clock then now = t end
   if tokens > full then tokens = full end
-  -- Refill by whole ticks since t; the time keeps what is left of a tick.
+  -- Refill by whole ticks since t.
   local rate, tick = p.rate, p.tick
-  local ticks = floor((at - t) / tick)
+  local ticks = floor((now - t) / tick)
   if tokens < full and ticks < ceil((full - tokens) / rate) then
-    st.tokens = tokens + ticks * rate
-    st.t = t + ticks * tick
-  else
-    st.t = at -- full (st.tokens)
+    return tokens + ticks * rate, t + ticks * tick, now
   end
-  return st
+  return full, now, now
+end
+
+-- tb_waits are retry_after for need scaled units (0 when they are there)
+-- and reset_after, of a bucket of tokens at t.
+local function tb_waits(p, tokens, t, need)
+  local retry, reset = 0, 0
+  if need > tokens then retry = t + ceil((need - tokens) / p.rate) * p.tick - clock end
+  if tokens < p.full then reset = t + ceil((p.full - tokens) / p.rate) * p.tick - clock end
+  return retry, reset
+end
+
+local function tb_value(tokens, t, period)
+  return fmt('%d %d %d', tokens, t, period)
+end
+
+function tb.load(keys, k, vals, p)
+  local tokens, t, now = tb_at(p, keys[k], vals[k])
+  -- (Every field is in the constructor: a table that grows rehashes.)
+  return {key = keys[k], now = now, t = t, tokens = tokens, period = p.period, found = vals[k] ~= nil, dirty = false}
 end
 
 function tb.decide(st, p, n, mode, stamp)
-  local period, rate, tick, full = p.period, p.rate, p.tick, p.full
+  local period, full = p.period, p.full
   local tokens, granted = st.tokens, 0
   local cost = n * period
   if mode == CONSUME or mode == PEEK then
@@ -62,7 +77,7 @@ function tb.decide(st, p, n, mode, stamp)
     -- only as far as it has not refilled them since: each tick since the
     -- take is worth rate of them. So a late refund gives back less, and
     -- one after the bucket would have refilled anyway gives back nothing.
-    local give = cost - ceil(max(0, st.now - stamp) / tick) * rate
+    local give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate
     if give > 0 then tokens = min(full, tokens + give) end
   elseif mode == CHARGE then
     tokens = max(tokens - cost, -MAX_DEBT)
@@ -71,23 +86,43 @@ function tb.decide(st, p, n, mode, stamp)
   end -- (RENEW: nothing to keep)
   if granted > 0 and mode ~= PEEK then tokens = tokens - granted * period end
   if tokens ~= st.tokens then st.tokens, st.dirty = tokens, true end
-  local retry, reset = 0, 0
-  if granted == 0 and mode <= ATMOST then
-    if mode == ATMOST then cost = period end
-    retry = st.t + ceil((cost - tokens) / rate) * tick - clock
-  end
-  if tokens < full then reset = st.t + ceil((full - tokens) / rate) * tick - clock end
+  local need = 0
+  if granted == 0 and mode == ATMOST then need = period elseif granted == 0 and mode <= ATMOST then need = cost end
+  local retry, reset = tb_waits(p, tokens, st.t, need)
   local left = 0
   if tokens > 0 then left = floor(tokens / period) end
   return granted, left, retry, reset, 0
 end
 
 local function tb_encode(st)
-  return fmt('%d %d %d', st.tokens, st.t, st.period)
+  return tb_value(st.tokens, st.t, st.period)
 end
 
 function tb.save(st, p, reset, nonpeek)
   persist(st, reset, nonpeek, tb_encode)
+end
+
+-- take is one CONSUME of n on one key, one's common call: what load,
+-- decide and save do, with no table for the state (a tenth of the call's
+-- Lua time, measured in a loop of 200000 on redis-server 7.0).
+function tb.take(key, v, p, n)
+  local tokens, t = tb_at(p, key, v)
+  local cost, granted = n * p.period, 0
+  if tokens >= cost then
+    granted = n
+    tokens = tokens - cost
+  end
+  local need = cost
+  if granted > 0 then need = 0 end
+  local retry, reset = tb_waits(p, tokens, t, need)
+  if granted > 0 then
+    write(key, tb_value(tokens, t, p.period), reset)
+  elseif v then
+    keep(key, reset)
+  end
+  local left = 0
+  if tokens > 0 then left = floor(tokens / p.period) end
+  return granted, left, retry, reset, 0
 end
 
 algorithms[1] = tb
