@@ -1,0 +1,82 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+	_ "time/tzdata" // the example's time zone, on machines without zoneinfo
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// exampleNow is exampleRedis' standing clock, for the Limiter's own
+// calendar arithmetic (WithClock); in production leave both clocks alone.
+func exampleNow() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
+
+func ExamplePerMonth() {
+	rdb, stop := exampleRedis()
+	defer stop()
+
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		panic(err)
+	}
+	limiter, _ := core.New(rdb, core.WithClock(exampleNow))
+	ctx := context.Background()
+	quota := core.PerMonth(10000, berlin) // or "10000/month tz=Europe/Berlin"
+
+	res, _ := limiter.AllowN(ctx, "customer:7", quota, 9500)
+	fmt.Println("allowed:", res.Allowed, "remaining:", res.Remaining)
+	res, _ = limiter.AllowN(ctx, "customer:7", quota, 600)
+	fmt.Println("allowed:", res.Allowed, "retry at:", exampleNow().Add(res.RetryAfter).In(berlin))
+	// Output:
+	// allowed: true remaining: 500
+	// allowed: false retry at: 2026-02-01 00:00:00 +0100 CET
+}
+
+// A cost known only afterwards, such as the tokens of an LLM completion:
+// take an estimate before the work, then Settle the real cost. Units not
+// used come back; an excess becomes a debt later requests wait out.
+func ExampleLimiter_Settle() {
+	rdb, stop := exampleRedis()
+	defer stop()
+
+	limiter, _ := core.New(rdb)
+	ctx := context.Background()
+	budget := core.Limit{Rate: 1000, Period: time.Minute} // tokens per minute
+
+	taken, _ := limiter.AllowN(ctx, "tenant:acme", budget, 100) // the estimate
+	res, _ := limiter.Settle(ctx, "tenant:acme", budget, taken, 1600)
+	fmt.Println("used 1600 of an estimate of 100; remaining:", res.Remaining)
+	next, _ := limiter.Allow(ctx, "tenant:acme", budget)
+	fmt.Println("next request allowed:", next.Allowed, "retry after:", next.RetryAfter)
+	// Output:
+	// used 1600 of an estimate of 100; remaining: 0
+	// next request allowed: false retry after: 36.06s
+}
+
+// At most two jobs in flight per tenant, across every process on the
+// Redis: Allow takes a permit, Refund gives it back when the job ends. A
+// permit whose holder dies lapses after the Limit's Period (Renew keeps
+// it for longer work).
+func ExampleInFlight() {
+	rdb, stop := exampleRedis()
+	defer stop()
+
+	limiter, _ := core.New(rdb)
+	ctx := context.Background()
+	jobs := core.InFlight(2)
+
+	a, _ := limiter.Allow(ctx, "tenant:acme", jobs)
+	b, _ := limiter.Allow(ctx, "tenant:acme", jobs)
+	c, _ := limiter.Allow(ctx, "tenant:acme", jobs)
+	fmt.Println(a.Allowed, b.Allowed, c.Allowed)
+	if err := limiter.Refund(ctx, "tenant:acme", jobs, a); err != nil { // the first job ends
+		fmt.Println("redis failed:", err) // the permit lapses after the Period
+	}
+	d, _ := limiter.Allow(ctx, "tenant:acme", jobs)
+	fmt.Println("after one ended:", d.Allowed)
+	// Output:
+	// true true false
+	// after one ended: true
+}
