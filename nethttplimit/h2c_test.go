@@ -11,11 +11,11 @@ import (
 )
 
 // TestHeaderKeyIsOneKeyOverEveryProtocol backs KeyByHeader's "so that "K"
-// and " K\t" are one key whatever the protocol" on a real server: HTTP/1.1
-// strips a field value's leading and trailing whitespace on the wire,
-// HTTP/2 (here h2c) hands it to the handler as sent. Under 2 per minute,
-// 18 requests whose API key is "K" padded six ways get exactly 2 through
-// on either protocol.
+// and " K\t" are one key whatever the protocol" (README "Keys": "one key
+// over either") on a real server: HTTP/1.1 strips a field value's leading
+// and trailing whitespace on the wire, HTTP/2 (here h2c) hands it to the
+// handler as sent. Under 2 per minute, 18 requests whose API key is "K"
+// padded six ways get exactly 2 through on either protocol.
 func TestHeaderKeyIsOneKeyOverEveryProtocol(t *testing.T) {
 	variants := []string{"K", "K ", " K", "K\t", "K  ", "\tK"}
 	for _, proto := range []struct {
