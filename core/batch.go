@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -68,18 +69,29 @@ type batchGroup struct {
 	queue []*pending // in arrival order; dropped ones are skipped
 }
 
-// pending is one queued decision. Its fields after queue are guarded by
-// batcher.mu until it is answered on done.
+// pending is one queued decision. Its caller and the call that takes it
+// settle who owns it through state alone, so that thousands of callers
+// giving up at once (a Redis that stalls) do not queue on batcher.mu.
 type pending struct {
-	rq      request
-	keys    [2 * maxLayers]string
-	nkeys   int
-	res     [maxLayers]Result
-	err     error
-	done    chan struct{}
-	taken   bool // in a call: it will be answered
-	dropped bool // its caller gave up: recycle it when answered, skip it if not taken
+	rq    request
+	keys  [2 * maxLayers]string
+	nkeys int
+	res   [maxLayers]Result
+	err   error
+	done  chan struct{}
+	state atomic.Int32
 }
+
+// A pending goes from pendingQueued to pendingInCall (a call took it) to
+// pendingAnswered (res and err are set, done is signalled), or to
+// pendingLeft when its caller gives up first: whoever finds it there
+// recycles it.
+const (
+	pendingQueued int32 = iota
+	pendingInCall
+	pendingAnswered
+	pendingLeft
+)
 
 var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
@@ -88,8 +100,8 @@ func newBatcher(max, inflight int) *batcher {
 }
 
 func recycle(c *pending) {
-	done := c.done
-	*c = pending{done: done}
+	c.rq, c.keys, c.nkeys, c.res, c.err = request{}, [2 * maxLayers]string{}, 0, [maxLayers]Result{}, nil
+	c.state.Store(pendingQueued)
 	pendings.Put(c)
 }
 
@@ -122,24 +134,19 @@ func (b *batcher) decide(ctx context.Context, l *Limiter, rq *request, id groupI
 		recycle(c)
 		return err
 	case <-ctx.Done():
-		b.mu.Lock()
-		select {
-		case <-c.done:
-			// Answered as the context ended: the answer stands (it may
-			// have taken units).
-			b.mu.Unlock()
-			copy(out, c.res[:len(out)])
-			err := c.err
-			recycle(c)
-			return err
-		default:
-		}
 		// Redis may still decide a request already taken into a call: one
 		// that gave up may be counted (limits err on the strict side),
 		// never admitted. One still queued is skipped.
-		c.dropped = true
-		b.mu.Unlock()
-		return l.wrap(ctx, ctx.Err())
+		if c.state.CompareAndSwap(pendingQueued, pendingLeft) || c.state.CompareAndSwap(pendingInCall, pendingLeft) {
+			return l.wrap(ctx, ctx.Err())
+		}
+		// Answered as the context ended: the answer stands (it may have
+		// taken units).
+		<-c.done
+		copy(out, c.res[:len(out)])
+		err := c.err
+		recycle(c)
+		return err
 	}
 }
 
@@ -174,11 +181,10 @@ func (b *batcher) drain(l *Limiter, g *batchGroup) {
 			c := g.queue[0]
 			g.queue[0] = nil
 			g.queue = g.queue[1:]
-			if c.dropped {
-				recycle(c)
+			if !c.state.CompareAndSwap(pendingQueued, pendingInCall) {
+				recycle(c) // its caller left
 				continue
 			}
-			c.taken = true
 			calls = append(calls, c)
 		}
 		if len(g.queue) == 0 {
@@ -191,15 +197,13 @@ func (b *batcher) drain(l *Limiter, g *batchGroup) {
 		}
 		b.mu.Unlock()
 		l.runBatch(g.key.pl, calls)
-		b.mu.Lock()
 		for _, c := range calls {
-			if c.dropped {
-				recycle(c)
-			} else {
+			if c.state.CompareAndSwap(pendingInCall, pendingAnswered) {
 				c.done <- struct{}{}
+			} else {
+				recycle(c) // its caller left
 			}
 		}
-		b.mu.Unlock()
 	}
 }
 
