@@ -58,15 +58,11 @@ func TestLimitChangeToAnotherAlgorithmStartsWhole(t *testing.T) {
 // LeakyBucket whose MaxDelay is shorter than its queue takes to drain: a
 // Remaining above 0 must mean that the next request now is admitted.
 //
-// KNOWN FAILURE (a bug in scripts/leaky_bucket.lua, not fixed here): its
-// Remaining is the room left in the queue, whatever MaxDelay lets in. 11
-// per minute with Burst 8 and a MaxDelay of 2s: the first request leaves
-// at once and reports Remaining 7, and the second, which would wait 5.45s,
-// is refused. The proposed fix: Remaining = min(the room in the queue,
-// the requests whose delay stays within max_delay: floor((max_delay -
-// delay of the next) / (period / rate)) + 1, 0 when the next already
-// waits longer). httplimit's IETF r applies that bound itself
-// (headers.go, remaining); X-RateLimit-Remaining shows Remaining as it is.
+// 11 per minute with Burst 8 and a MaxDelay of 2s: the first request
+// leaves at once, and the second would wait 5.45s, so it is refused.
+// Without the bound in scripts/leaky_bucket.lua (Remaining is the room in
+// the queue and no more than the requests whose delay stays within
+// max_delay) the first reported Remaining 7.
 func TestLeakyRemainingWithinMaxDelay(t *testing.T) {
 	ctx := context.Background()
 	_, _, l := miniLimiter(t)

@@ -370,3 +370,28 @@ func TestDenyCacheAbusiveTraffic(t *testing.T) {
 		t.Errorf("with the cache %d admitted, without %d: the cache denied what Redis would admit", cacheAdmitted, plainAdmitted)
 	}
 }
+
+// TestDenyCacheStaleAfterAnAdmission backs WithDenyCache's "nor reports a
+// wait shorter than Redis would": a cost the cached denial does not answer
+// (a smaller one) goes to Redis and is admitted, which leaves the key
+// less; the denial cached before it would now be early, so the next
+// request of the denied cost goes to Redis again and gets Redis' wait.
+func TestDenyCacheStaleAfterAnAdmission(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	var count opsCounter
+	rdb.AddHook(&count)
+	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
+	limit := PerHour(10) // one unit per 6 minutes
+	opsMustAllowN(t, l, "k", limit, 8)
+	opsMustDenyN(t, l, "k", limit, 5) // 3 short: 18 minutes, cached
+	opsMustAllowN(t, l, "k", limit, 2)
+	before := count.cmds.Load()
+	r, err := l.AllowN(ctx, "k", limit, 5)
+	if err != nil || r.Allowed || r.Cached || count.cmds.Load() == before {
+		t.Fatalf("AllowN(5) after 2 were admitted: %+v, %v (%d commands); want a denial from Redis", r, err, count.cmds.Load()-before)
+	}
+	if want := 30 * time.Minute; r.RetryAfter != want {
+		t.Errorf("AllowN(5) with none left: RetryAfter %v, want Redis' %v", r.RetryAfter, want)
+	}
+}

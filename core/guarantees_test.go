@@ -355,11 +355,9 @@ func TestRetriedScriptNeverAdmitsTwice(t *testing.T) {
 // taken and a is refunded, its reply lost: b still counts, so at most 2
 // more fit (2 if the refund counted once, 1 if it was lost).
 //
-// It fails today (3 fit, on miniredis and Redis alike): the scripts'
-// REFUND is not idempotent, so the retry gives a's unit back a second time
-// and one request more than the limit is admitted. See the report that
-// came with this test for the fix proposed (core/call.go and
-// core/scripts/ are another engineer's to change).
+// Without the fix (a refund sent once, never retried: call.go's noRetry),
+// 3 fit, on miniredis and Redis alike: a script's REFUND is not
+// idempotent, so a retry gives a's unit back a second time.
 func TestRetriedRefundGivesBackOnce(t *testing.T) {
 	ctx := context.Background()
 	lim := Limit{Algorithm: FixedWindow, Rate: 3, Period: time.Hour}
