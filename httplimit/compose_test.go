@@ -10,14 +10,16 @@ import (
 // TestStackedRefusalsTakeTheLongestWait backs WriteHeaders' "Several
 // Policies on one route compose: ... X-RateLimit-* describe the most
 // restrictive (the lowest Remaining), and Retry-After is the longest
-// wait", where two Policies refuse one request (an outer one in DryRun
-// refuses and lets it on): in either order, Retry-After is the longer of
-// the two waits, the X-RateLimit-* fields the lower Remaining, and the
-// IETF fields list both policies.
+// wait", where two Policies refuse one request and both write their
+// headers (middleware stops at the first refusal; code that decides
+// several Policies itself, or a Check after a refusal, does not): in
+// either order, Retry-After is the longer of the two waits, the
+// X-RateLimit-* fields the lower Remaining, and the IETF fields list both
+// policies.
 func TestStackedRefusalsTakeTheLongestWait(t *testing.T) {
 	_, _, l := mini(t)
 	headers := Headers{XRateLimit{}, IETF{}}
-	minute := mustNew(t, Config{Name: "minute", Limiter: l, Limit: core.PerMinute(1), Headers: headers, DryRun: true})
+	minute := mustNew(t, Config{Name: "minute", Limiter: l, Limit: core.PerMinute(1), Headers: headers})
 	hour := mustNew(t, Config{Name: "hour", Limiter: l, Limit: core.PerHour(2), Headers: headers})
 	r := from("198.51.100.7")
 	for _, p := range []*Policy{minute, hour} {
