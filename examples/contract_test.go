@@ -829,7 +829,14 @@ var scenarios = []struct {
 	}},
 	{"real redis, concurrency across three servers", func(t *testing.T, fw string) {
 		redistest.Real(t) // skips (fails under CI) without REDIS_URL
-		concurrencyShared(t, fw, os.Getenv("REDIS_URL"))
+		concurrencyShared(t, fw, "-redis", "REDIS_URL", os.Getenv("REDIS_URL"))
+	}},
+	{"redis cluster, spend and concurrency", func(t *testing.T, fw string) {
+		seeds := strings.Join(redistest.ClusterAddrs(t), ",") // skips (fails under CI) without REDIS_CLUSTER_ADDRS
+		s := start(t, fw, nil, "-redis-cluster", seeds, "-key", "header:X-API-Key", "-limit", "100", "-period", "1m")
+		spendDebt(t, s, "X-API-Key", uniqueKey(t))
+		s.stop()
+		concurrencyShared(t, fw, "-redis-cluster", "REDIS_CLUSTER_ADDRS", seeds)
 	}},
 }
 
@@ -884,18 +891,19 @@ func spendDebt(t *testing.T, s *server, header ...string) {
 }
 
 // concurrencyShared checks -concurrency 2 on three servers sharing the
-// Redis at url: of ten simultaneous requests, two are served and eight
-// refused; and the permits of a server killed while it holds them lapse
-// after -concurrency-lease.
-func concurrencyShared(t *testing.T, fw, url string) {
+// Redis that flag (or env, for the third) names as addr: of ten
+// simultaneous requests, two are served and eight refused; and the
+// permits of a server killed while it holds them lapse after
+// -concurrency-lease.
+func concurrencyShared(t *testing.T, fw, flag, env, addr string) {
 	t.Helper()
 	const lease = 2 * time.Second
-	args := []string{"-redis", url, "-key", "header:X-API-Key", "-limit", "1000", "-period", "1s",
+	args := []string{flag, addr, "-key", "header:X-API-Key", "-limit", "1000", "-period", "1s",
 		"-concurrency", "2", "-concurrency-lease", lease.String(), "-metrics"}
 	servers := []*server{
 		start(t, fw, nil, args...),
 		start(t, fw, nil, args...),
-		start(t, fw, []string{"REDIS_URL=" + url, "KEY=header:X-API-Key", "LIMIT=1000", "PERIOD=1s",
+		start(t, fw, []string{env + "=" + addr, "KEY=header:X-API-Key", "LIMIT=1000", "PERIOD=1s",
 			"CONCURRENCY=2", "CONCURRENCY_LEASE=" + lease.String(), "METRICS=true"}),
 	}
 	for _, s := range servers {

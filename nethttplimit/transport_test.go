@@ -887,19 +887,33 @@ func TestNewTransportErrors(t *testing.T) {
 	}
 }
 
-// TestTransportRealRedis: two instances on a real Redis share the quota,
-// and a 429 one of them sees pauses the other.
+// TestTransportRealRedis: two instances on a real Redis, and on a Redis
+// Cluster, share the quota, and a 429 one of them sees pauses the other.
 func TestTransportRealRedis(t *testing.T) {
-	rdb := redistest.Real(t)
+	t.Run("redis", func(t *testing.T) { transportShared(t, redistest.Real(t)) })
+	t.Run("cluster", func(t *testing.T) { transportShared(t, redistest.Cluster(t)) })
+}
+
+func transportShared(t *testing.T, rdb redis.UniversalClient) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "redlimit-transport:" + hex.EncodeToString(b[:])
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		keys, err := rdb.Keys(ctx, prefix+":*").Result()
-		if err == nil && len(keys) > 0 {
-			err = rdb.Del(ctx, keys...).Err()
+		del := func(ctx context.Context, c *redis.Client) error {
+			keys, err := c.Keys(ctx, prefix+":*").Result()
+			if err == nil && len(keys) > 0 {
+				err = c.Del(ctx, keys...).Err()
+			}
+			return err
+		}
+		var err error
+		switch c := rdb.(type) {
+		case *redis.ClusterClient:
+			err = c.ForEachMaster(ctx, del)
+		case *redis.Client:
+			err = del(ctx, c)
 		}
 		if err != nil {
 			t.Errorf("cleaning up keys %s:*: %v", prefix, err)
