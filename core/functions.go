@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -55,10 +56,13 @@ func (f *functions) load(l *Limiter) {
 		wait := loadRetry
 		if passing(err) {
 			wait = min(loadRetry, time.Second<<min(f.fails.Add(1)-1, 6))
+			// Weakly: a Limiter dropped while its Redis is down must not
+			// be kept alive by its own retries.
+			wl := weak.Make(l)
 			time.AfterFunc(wait, func() {
-				if !l.closed.Load() {
-					f.next.Store(0)
-					f.load(l)
+				if l := wl.Value(); l != nil && !l.closed.Load() {
+					l.funcs.next.Store(0)
+					l.funcs.load(l)
 				}
 			})
 		}
