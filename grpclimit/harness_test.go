@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/conformance"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -97,27 +97,10 @@ func newReal(t *testing.T) *backend {
 	return &backend{limiter: l, rdb: rdb, prefix: prefix}
 }
 
-// keys lists the keys the test wrote as "<policy name>:<key>", without the
-// Limiter's prefix and algorithm suffix ("<prefix>:{<name>:<key>}:<alg>"),
-// a state of several Redis keys once.
+// keys lists the keys the test wrote as "<policy name>:<key>".
 func (b *backend) keys(t *testing.T) []string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	raw, err := b.rdb.Keys(ctx, b.prefix+":*").Result()
-	if err != nil {
-		t.Fatalf("listing keys: %v", err)
-	}
-	out := []string{}
-	for _, k := range raw {
-		k = strings.TrimPrefix(k, b.prefix+":{")
-		if i := strings.LastIndex(k, "}"); i >= 0 {
-			k = k[:i]
-		}
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return conformance.StoredKeys(t, b.rdb, b.prefix)
 }
 
 // onBoth runs f on miniredis and on the real Redis of REDIS_URL.

@@ -113,21 +113,28 @@ func newReal(t *testing.T, rdb *redis.Client, stops bool) *backend {
 // unescape undoes the escaping core applies to the caller's part of a key.
 var unescape = strings.NewReplacer("%7B", "{", "%7D", "}", "%23", "#", "%25", "%")
 
-// keys lists the keys the scenario wrote as "<policy name>:<key>", without
-// the Limiter's prefix and algorithm suffix ("<prefix>:{<name>:<key>}:<alg>")
-// and with core's escaping of braces undone; a state of several Redis keys
-// (the sliding window's) is listed once.
+// keys lists the keys the scenario wrote (see StoredKeys).
 func (b *backend) keys(t *testing.T) []string {
+	t.Helper()
+	return StoredKeys(t, b.rdb, b.prefix)
+}
+
+// StoredKeys lists the keys written under a Limiter's prefix as
+// "<policy name>:<key>", without the prefix and algorithm suffix
+// ("<prefix>:{<name>:<key>}:<alg>") and with core's escaping of braces
+// undone; a state of several Redis keys (the sliding window's) is listed
+// once. The gRPC module's tests read their keys with it too.
+func StoredKeys(t testing.TB, rdb redis.Cmdable, prefix string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	raw, err := b.rdb.Keys(ctx, b.prefix+":*").Result()
+	raw, err := rdb.Keys(ctx, prefix+":*").Result()
 	if err != nil {
 		t.Fatalf("listing keys: %v", err)
 	}
 	out := []string{}
 	for _, k := range raw {
-		k = strings.TrimPrefix(k, b.prefix+":{")
+		k = strings.TrimPrefix(k, prefix+":{")
 		if i := strings.LastIndex(k, "}:"); i >= 0 {
 			k = k[:i]
 		}
