@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -366,9 +367,17 @@ func TestInvalidCostFailsClosed(t *testing.T) {
 // with 400 and a body that says why, never served unlimited by default, and
 // never shares one bucket with the others; ServeUnkeyed serves it, on
 // purpose. It used to fail open: leaving the header out beat the limit.
+// It backs the README's "a flood of them never reaches Redis" and
+// decideRequest's "calls no hook of the user's": Cost and LimitFunc
+// count their calls, miniredis its commands (both ran before the key
+// until issue 17's fix).
 func TestUnkeyedRefused(t *testing.T) {
 	mr, _, l := mini(t)
 	var obs observed
+	var hooks atomic.Int64
+	cost := func(Request) int { hooks.Add(1); return 1 }
+	limitFunc := func(Request, string) (core.Limit, bool) { hooks.Add(1); return core.PerMinute(1), true }
+	commands := mr.CommandCount()
 	for _, tt := range []struct {
 		name string
 		key  KeyFunc
@@ -380,7 +389,7 @@ func TestUnkeyedRefused(t *testing.T) {
 		{"empty key", func(Request) (string, error) { return "", nil }, from("192.0.2.1")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, Observer: &obs})
+			p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, Observer: &obs, Cost: cost, LimitFunc: limitFunc})
 			for range 3 {
 				d, h := decide(p, tt.req)
 				if d.Outcome != OutcomeNoKey || d.Proceed() || d.Status() != http.StatusBadRequest || d.RedisFault() {
@@ -394,7 +403,7 @@ func TestUnkeyedRefused(t *testing.T) {
 					t.Errorf("headers %v: want none", h)
 				}
 			}
-			serve := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, ServeUnkeyed: true})
+			serve := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, ServeUnkeyed: true, Cost: cost, LimitFunc: limitFunc})
 			for range 3 {
 				if d := serve.Decide(tt.req); d.Outcome != OutcomeNoKey || !d.Proceed() {
 					t.Errorf("ServeUnkeyed: %v, Proceed %v; want no_key, served", d.Outcome, d.Proceed())
@@ -404,6 +413,12 @@ func TestUnkeyedRefused(t *testing.T) {
 	}
 	if keys := mr.Keys(); len(keys) != 0 {
 		t.Errorf("unkeyable requests wrote %q to Redis", keys)
+	}
+	if n := mr.CommandCount() - commands; n != 0 {
+		t.Errorf("unkeyable requests sent Redis %d commands, want 0", n)
+	}
+	if n := hooks.Load(); n != 0 {
+		t.Errorf("unkeyable requests called Cost or LimitFunc %d times, want 0", n)
 	}
 	for _, d := range obs.decisions {
 		if d.Outcome != OutcomeNoKey {
