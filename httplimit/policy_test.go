@@ -1,9 +1,11 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -424,6 +426,48 @@ func TestUnkeyedRefused(t *testing.T) {
 		if d.Outcome != OutcomeNoKey {
 			t.Errorf("observed %v, want no_key", d.Outcome)
 		}
+	}
+}
+
+// TestNoRouteWarnsOnce backs issue 17's "the first refusal of this kind is
+// logged once, naming the fix": a KeyByRoute mounted before routing (chi's
+// r.Use) refuses every request, and the log says so once, not per request.
+func TestNoRouteWarnsOnce(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	var logged bytes.Buffer
+	l := newLimiter(t, rdb, core.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: KeyByRoute()})
+	for range 5 {
+		if d := p.Decide(testRequest{remote: "192.0.2.1:1", header: http.Header{}}); d.Outcome != OutcomeNoKey || !errors.Is(d.Err, ErrNoRoute) {
+			t.Fatalf("a request with no route: %v (%v), want no_key with ErrNoRoute", d.Outcome, d.Err)
+		}
+	}
+	out := logged.String()
+	if n := strings.Count(out, "KeyByRoute found no route"); n != 1 {
+		t.Errorf("warned %d times for 5 requests, want once; log:\n%s", n, out)
+	}
+	if !strings.Contains(out, "r.With") {
+		t.Errorf("the warning does not name the fix (r.With): %s", out)
+	}
+}
+
+// TestDecisionKey backs Decision.Key's doc: it is what the key function
+// returned, for every outcome that had a key, and "" for a request that
+// could not be keyed.
+func TestDecisionKey(t *testing.T) {
+	_, _, l := mini(t)
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1)})
+	for i, want := range []Outcome{OutcomeAllowed, OutcomeDenied} {
+		if d := p.Decide(from("192.0.2.7")); d.Outcome != want || d.Key != "ip:192.0.2.7" {
+			t.Errorf("request %d: %v with Key %q, want %v with Key %q", i+1, d.Outcome, d.Key, want, "ip:192.0.2.7")
+		}
+	}
+	byHeader := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: KeyByHeader("x-api-key")})
+	if d := byHeader.Decide(from("192.0.2.7", "X-Api-Key", "k1")); d.Key != "h:X-Api-Key:k1" {
+		t.Errorf("KeyByHeader: Key %q, want %q", d.Key, "h:X-Api-Key:k1")
+	}
+	if d := byHeader.Decide(from("192.0.2.7")); d.Outcome != OutcomeNoKey || d.Key != "" {
+		t.Errorf("no header: %v with Key %q, want no_key with no Key", d.Outcome, d.Key)
 	}
 }
 
