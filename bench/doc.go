@@ -22,8 +22,8 @@
 // rotated each round). Every number is min–max over the rounds, every ratio
 // is taken within a round first, and a target is met only if it holds in
 // every round. BENCH_DURATION is the time per cell (default 1s);
-// BENCH_ONLY a comma list of sections (decisions, algorithms, denycache,
-// ceiling, http; default all; the targets need decisions); BENCH_TABLE_OUT
+// BENCH_ONLY a comma list of sections (decisions, algorithms, features,
+// denycache, ceiling, http; default all; the targets need decisions); BENCH_TABLE_OUT
 // a file for the tables. The header prints the command line, the commit
 // (and uncommitted changes), /proc/loadavg before and after, and the form
 // our calls took (FCALL on Redis 7). A quick look, which proves nothing:

@@ -185,7 +185,7 @@ func deniedPct(st *stats) float64   { return st.deniedPct() }
 
 // tableSections are the parts of TestTable, in order; BENCH_ONLY (a comma
 // list of them) runs some only.
-var tableSections = []string{"decisions", "algorithms", "denycache", "ceiling", "http"}
+var tableSections = []string{"decisions", "algorithms", "features", "denycache", "ceiling", "http"}
 
 func sectionsWanted(t *testing.T) map[string]bool {
 	want := map[string]bool{}
@@ -287,9 +287,9 @@ func decKey(s scenario, im impl) string { return "decisions/" + s.String() + "/"
 // only if it holds in every round.
 //
 // BENCH_DURATION sets the time per cell (default 1s); BENCH_ONLY, a comma
-// list of the sections to run (decisions, algorithms, denycache, ceiling,
-// http; default all); BENCH_TABLE_OUT, a file to write the tables to as
-// well.
+// list of the sections to run (decisions, algorithms, features, denycache,
+// ceiling, http; default all); BENCH_TABLE_OUT, a file to write the tables
+// to as well.
 func TestTable(t *testing.T) {
 	if os.Getenv("BENCH_TABLE") != "1" {
 		t.Skip("set BENCH_TABLE=1 to run every table of BENCHMARKS.md (about 15 minutes)")
@@ -309,6 +309,9 @@ func TestTable(t *testing.T) {
 		}
 		if want["algorithms"] {
 			tr.measureAlgorithms(r)
+		}
+		if want["features"] {
+			tr.measureFeatures(r)
 		}
 		if want["denycache"] {
 			tr.measureDenyCache(r)
@@ -345,6 +348,9 @@ func TestTable(t *testing.T) {
 	}
 	if want["algorithms"] {
 		tr.writeAlgorithms(w)
+	}
+	if want["features"] {
+		tr.writeFeatures(w)
 	}
 	if want["denycache"] {
 		tr.writeDenyCache(w)
