@@ -24,8 +24,21 @@ func TestDeciders(t *testing.T) {
 	for _, alg := range algorithms {
 		impls = append(impls, oursAlg(alg, false), oursAlg(alg, true))
 	}
+	// A permit given back frees its place, so in flight is never denied
+	// at a limit of 1 as the denied traffic needs: the features run
+	// allowed only.
+	allowedOnly := map[string]bool{}
+	for _, f := range features {
+		for _, batched := range []bool{false, true} {
+			im := featureImpl(f, batched)
+			impls, allowedOnly[im.name] = append(impls, im), true
+		}
+	}
 	for _, im := range impls {
 		for _, s := range []scenario{{4, 10, allowed}, {4, 10, denied}} {
+			if allowedOnly[im.name] && s.traffic != allowed {
+				continue
+			}
 			t.Run(im.name+"/"+s.String(), func(t *testing.T) {
 				d, c, done := setup(t, im, s)
 				defer done()
