@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -456,5 +457,82 @@ func TestInFlightPermitBackWhenGlobalRefuses(t *testing.T) {
 		t.Errorf("the key the Global refused, a window later: %v (err %v), want allowed: the refused request kept its permit", d.Outcome, d.Err)
 	} else {
 		d.Finish(http.StatusOK)
+	}
+}
+
+// TestLoweredLimitOverHTTP backs the README's "a change of Limit takes
+// effect on the next call" at its edge, issue 16's lowered limit through a
+// Policy: 300 requests under 1000/min, then LimitFunc (an Overrides edit)
+// says 200/min. The next request is answered at once, with a sane result:
+// the window algorithms refuse it with a Retry-After, leases included, and
+// nothing spins against Redis. It used to hang until the client gave up,
+// sending Redis some 240,000 commands; this fails on that code at its
+// 2-second deadline.
+func TestLoweredLimitOverHTTP(t *testing.T) {
+	for _, c := range []struct {
+		alg    core.Algorithm
+		leases bool
+		denied bool // 300 spent is above 200 in the window
+	}{
+		// (The leaky bucket is left to core's TestLoweredLimitIsSane: a
+		// Policy sleeps its Delay on the real clock, 300 times here.)
+		{core.TokenBucket, false, false}, // the bucket keeps min(700, 200) tokens
+		{core.FixedWindow, false, true},
+		{core.FixedWindow, true, true},
+		{core.SlidingWindow, false, true},
+		{core.SlidingWindowCounter, false, true},
+	} {
+		name := c.alg.String()
+		if c.leases {
+			name += "/leases"
+		}
+		t.Run(name, func(t *testing.T) {
+			mr, rdb := redistest.Mini(t)
+			var opts []core.Option
+			if c.leases {
+				opts = append(opts, core.WithLeases(0.1))
+			}
+			l := newLimiter(t, rdb, opts...)
+			var lowered atomic.Bool
+			limit := func(rate int) core.Limit {
+				return core.Limit{Algorithm: c.alg, Rate: rate, Period: time.Minute}
+			}
+			p := mustNew(t, Config{Limiter: l, Limit: limit(1000),
+				LimitFunc: func(Request, string) (core.Limit, bool) {
+					if lowered.Load() {
+						return limit(200), true
+					}
+					return limit(1000), true
+				}})
+			for i := range 300 {
+				if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
+					t.Fatalf("request %d under 1000/min: %v (%v)", i+1, d.Outcome, d.Err)
+				}
+			}
+			lowered.Store(true)
+			for i := range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				commands := mr.CommandCount()
+				d := p.Decide(testRequest{ctx: ctx, remote: "192.0.2.1:40000", header: http.Header{}, route: "/v1/things"})
+				cancel()
+				sent := mr.CommandCount() - commands
+				if d.Err != nil || (d.Outcome != OutcomeAllowed && d.Outcome != OutcomeDenied) {
+					t.Fatalf("request %d after lowering: %v (%v), want an answer", i+1, d.Outcome, d.Err)
+				}
+				if got := d.Outcome == OutcomeDenied; got != c.denied {
+					t.Errorf("request %d after lowering: %v, want denied %v", i+1, d.Outcome, c.denied)
+				}
+				if d.Result.Granted < 0 || d.Result.Remaining < 0 {
+					t.Errorf("request %d after lowering: Granted %d, Remaining %d, want neither negative", i+1, d.Result.Granted, d.Result.Remaining)
+				}
+				if d.Outcome == OutcomeDenied && (d.Result.RetryAfter <= 0 || d.RetryAfter() < 1) {
+					t.Errorf("request %d after lowering: denied with RetryAfter %v (header %d), want a wait", i+1, d.Result.RetryAfter, d.RetryAfter())
+				}
+				// miniredis counts the commands a script runs too.
+				if sent > 16 {
+					t.Errorf("request %d after lowering sent Redis %d commands, want a handful", i+1, sent)
+				}
+			}
+		})
 	}
 }
