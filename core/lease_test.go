@@ -304,3 +304,39 @@ func leasingNew(t *testing.T, rdb *redis.Client, opts ...Option) *Limiter {
 	}
 	return l
 }
+
+// TestLeaseGiveBackAfterItsWindowGivesNothing backs the README's "a
+// refund never raises what the limit allows in any window", leases
+// included (issue 16): units a lease leaves unspent go back to the window
+// they were taken in, so a give-back that lands after that window ended
+// adds nothing to the next one. Without the receipt's window check, the 7
+// units would free 7 more in the second window (12 left, not 5).
+func TestLeaseGiveBackAfterItsWindowGivesNothing(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
+	plain := opsNew(t, rdb, opsPatient) // the same keys, no leases
+	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Minute}
+	first := redistest.Epoch.Truncate(time.Minute).Add(time.Minute)
+	mr.SetTime(first.Add(time.Second))
+	for range 8 { // leases of 1, 2, 4, then 8 with 7 unspent: 15 taken in Redis
+		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+			t.Fatalf("Allow: %+v, %v", r, err)
+		}
+	}
+	e := leaseOf(l, "k")
+	e.mu.Lock()
+	gen, units := e.gen, e.units
+	e.mu.Unlock()
+	if units != 7 {
+		t.Fatalf("the lease holds %d units, want 7", units)
+	}
+	mr.SetTime(first.Add(time.Minute + time.Second)) // the next window
+	if r, err := plain.AllowN(ctx, "k", limit, 95); err != nil || !r.Allowed {
+		t.Fatalf("AllowN(95) in the next window: %+v, %v", r, err)
+	}
+	e.expire(l, gen) // the 7 unspent go back, naming the first window
+	if p, err := plain.Peek(ctx, "k", limit); err != nil || p.Remaining != 5 {
+		t.Errorf("after the late give-back the window has %d left (%v), want 5: it gained units it never had", p.Remaining, err)
+	}
+}
