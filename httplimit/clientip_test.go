@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
@@ -152,4 +153,46 @@ func FuzzClientIP(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestClientIPOneKeyPerClient backs issue 17's "a client multiplies
+// nothing by how it spells its address": every spelling of one address
+// (IPv4-mapped, hex-mapped, upper case, leading zeros in IPv6 groups, a
+// zone, with or without a port, padded or quoted in a trusted header),
+// and every address of one IPv6 /64, is one key.
+func TestClientIPOneKeyPerClient(t *testing.T) {
+	direct := mustKeyByIP(t, ClientIP{})
+	proxied := mustKeyByIP(t, ClientIP{TrustedProxies: []string{"10.0.0.0/8"}})
+	for _, group := range []struct {
+		want   string
+		peers  []string // as the peer address
+		hops   []string // as the client hop of a trusted proxy's X-Forwarded-For
+		others []string // peers that must not share the key
+	}{
+		{"ip:192.0.2.1",
+			[]string{"192.0.2.1:1", "192.0.2.1:65535", "[::ffff:192.0.2.1]:1", "[::FFFF:c000:201]:1", "[0:0:0:0:0:ffff:192.0.2.1]:1", "192.0.2.1"},
+			[]string{"192.0.2.1", " 192.0.2.1 ", `"192.0.2.1"`, "::ffff:192.0.2.1", "192.0.2.1:8080", "[::ffff:192.0.2.1]:8080"},
+			[]string{"192.0.2.2:1", "[::192.0.2.1]:1", "[64:ff9b::192.0.2.1]:1"}},
+		{"ip:2001:db8::/64",
+			[]string{"[2001:db8::1]:1", "[2001:DB8::1]:1", "[2001:0db8:0000:0000::1]:1", "[2001:db8::1%eth0]:1", "[2001:db8::ffff:ffff:ffff:ffff]:2", "2001:db8::1"},
+			[]string{"2001:db8::1", "[2001:DB8::1]", "[2001:db8::1]:4711", " 2001:db8:0::2 "},
+			[]string{"[2001:db8:0:1::1]:1"}},
+	} {
+		for _, peer := range group.peers {
+			if got, err := direct(testRequest{remote: peer, header: http.Header{}}); err != nil || got != group.want {
+				t.Errorf("peer %q: key %q, %v; want %q", peer, got, err, group.want)
+			}
+		}
+		for _, hop := range group.hops {
+			h := http.Header{"X-Forwarded-For": {hop + ", 10.0.0.2"}}
+			if got, err := proxied(testRequest{remote: "10.0.0.1:80", header: h}); err != nil || got != group.want {
+				t.Errorf("forwarded hop %q: key %q, %v; want %q", hop, got, err, group.want)
+			}
+		}
+		for _, peer := range group.others {
+			if got, _ := direct(testRequest{remote: peer, header: http.Header{}}); got == group.want {
+				t.Errorf("peer %q shares the key %q of another client", peer, got)
+			}
+		}
+	}
 }
