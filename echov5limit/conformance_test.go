@@ -73,6 +73,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	for _, path := range []string{"/search", "/healthz", "/items/:id"} {
 		e.GET(path, ok, mws...)
 	}
+	e.Any("/any", ok, mws...)
 	e.GET("/login", func(c *echo.Context) error { return c.String(http.StatusUnauthorized, "bad password") }, mws...)
 	e.GET("/spend", func(c *echo.Context) error {
 		n, _ := strconv.Atoi(c.Request().Header.Get("X-Used"))

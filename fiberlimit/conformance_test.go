@@ -92,6 +92,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
 		route(path, ok)
 	}
+	app.All("/any", append(append([]fiber.Handler(nil), mws...), ok)...)
 	route("/login", func(c *fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
 	route("/spend", func(c *fiber.Ctx) error {
 		n, _ := strconv.Atoi(c.Get("X-Used"))

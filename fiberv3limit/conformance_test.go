@@ -93,6 +93,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	for _, path := range []string{"/", "/search", "/healthz", "/items/:id"} {
 		route(path, ok)
 	}
+	app.All("/any", mws[0], append(append([]any(nil), mws[1:]...), ok)...)
 	route("/login", func(c fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
 	route("/spend", func(c fiber.Ctx) error {
 		n, _ := strconv.Atoi(c.Get("X-Used"))

@@ -64,6 +64,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	for _, path := range []string{"/search", "/healthz", "/items/:id"} {
 		r.GET(path, limited(ok)...)
 	}
+	r.Any("/any", limited(ok)...)
 	r.GET("/login", limited(func(c *gin.Context) { c.String(http.StatusUnauthorized, "bad password") })...)
 	r.GET("/spend", limited(func(c *gin.Context) {
 		n, _ := strconv.Atoi(c.GetHeader("X-Used"))

@@ -106,8 +106,9 @@ type Adapter struct {
 	// Policies) chained in front of each limited route, cfgs[0] outermost.
 	// The limited routes, in the framework's own syntax: GET / (and HEAD /,
 	// through the same handler, as the framework serves a HEAD of a GET
-	// route), GET /search, GET /healthz and GET /items/:id, each answering
-	// 200 "ok"; GET /login, answering 401 "bad password"; GET /spend, whose
+	// route), GET /search, GET /healthz and GET /items/:id, and /any for
+	// every method (the framework's any-method route: ServeMux's pattern
+	// without a method, Any, All), each answering 200 "ok"; GET /login, answering 401 "bad password"; GET /spend, whose
 	// handler reports the cost in its X-Used header with the adapter's
 	// ReportCost to cfgs[0]'s Policy and answers 200 "ok", or 200
 	// "unsettled" when ReportCost returns false; GET /inside, answering

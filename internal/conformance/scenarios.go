@@ -333,6 +333,21 @@ var Scenarios = []Scenario{
 		Keys: []string{"http:route:{route}/"},
 	},
 	{
+		// A route registered for every method is one handler: the method
+		// a client picks multiplies nothing (issue 17: a method-less
+		// route ran 45 times at 5 per minute).
+		Name:    "route_key_shared_by_any_method",
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Key: httplimit.KeyByRoute()})),
+		Steps: []Step{
+			{Path: "/any", Want: allowed("3", "2", 20*time.Second)},
+			{Method: http.MethodPost, Path: "/any", Want: allowed("3", "1", 40*time.Second)},
+			{Method: http.MethodDelete, Path: "/any", Want: allowed("3", "0", time.Minute)},
+			{Method: http.MethodPut, Path: "/any", Want: deniedWant("3", 20, time.Minute)},
+			{Method: http.MethodPatch, Path: "/any", Want: deniedWant("3", 20, time.Minute)},
+		},
+		Keys: []string{"http:route:/any"},
+	},
+	{
 		Name:    "route_and_ip_joined",
 		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Key: httplimit.KeyJoin(defaultIP, httplimit.KeyByRoute())})),
 		Steps: []Step{
