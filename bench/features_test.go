@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlimit/redlimit/core"
 )
 
@@ -22,11 +20,6 @@ type feature struct {
 	calls int // script calls per request
 	limit func(q quota) core.Limit
 	do    func(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error)
-}
-
-func allowOnce(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error) {
-	r, err := l.Allow(ctx, key, lim)
-	return r.Allowed, err
 }
 
 var features = []feature{
@@ -55,24 +48,10 @@ var features = []feature{
 }
 
 func featureImpl(f feature, batched bool) impl {
-	var opts []core.Option
-	mode := "batched"
-	if !batched {
-		opts, mode = []core.Option{core.WithBatching(1)}, "plain"
+	if batched {
+		return oursDoing("features/"+f.name+"/batched", "ours-batched", f.limit, f.do)
 	}
-	return impl{name: "features/" + f.name + "/" + mode, client: "ours-" + mode, make: func(rdb *redis.Client, q quota, keys []string) (decider, func(), error) {
-		lim := f.limit(q)
-		if err := lim.Validate(); err != nil {
-			return nil, nil, err
-		}
-		l, err := newLimiter(rdb, opts...)
-		if err != nil {
-			return nil, nil, err
-		}
-		return func(ctx context.Context, i int) (bool, error) {
-			return f.do(ctx, l, keys[i], lim)
-		}, func() { _ = l.Close() }, nil
-	}}
+	return oursDoing("features/"+f.name+"/plain", "ours-plain", f.limit, f.do, core.WithBatching(1))
 }
 
 var featureScenarios = []scenario{{1, 10000, allowed}, {16, 10000, allowed}}

@@ -131,8 +131,15 @@ func newLimiter(rdb *redis.Client, opts ...core.Option) (*core.Limiter, error) {
 }
 
 func ours(name, client string, alg core.Algorithm, opts ...core.Option) impl {
+	limit := func(q quota) core.Limit { return core.Limit{Algorithm: alg, Rate: q.rate, Period: q.period} }
+	return oursDoing(name, client, limit, allowOnce, opts...)
+}
+
+// oursDoing is a contender of ours whose every request is do, on a Limiter
+// made with opts, under limit(q).
+func oursDoing(name, client string, limit func(quota) core.Limit, do func(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error), opts ...core.Option) impl {
 	return impl{name: name, client: client, make: func(rdb *redis.Client, q quota, keys []string) (decider, func(), error) {
-		lim := core.Limit{Algorithm: alg, Rate: q.rate, Period: q.period}
+		lim := limit(q)
 		if err := lim.Validate(); err != nil {
 			return nil, nil, err
 		}
@@ -141,10 +148,14 @@ func ours(name, client string, alg core.Algorithm, opts ...core.Option) impl {
 			return nil, nil, err
 		}
 		return func(ctx context.Context, i int) (bool, error) {
-			r, err := l.Allow(ctx, keys[i], lim)
-			return r.Allowed, err
+			return do(ctx, l, keys[i], lim)
 		}, func() { _ = l.Close() }, nil
 	}}
+}
+
+func allowOnce(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error) {
+	r, err := l.Allow(ctx, key, lim)
+	return r.Allowed, err
 }
 
 // Our contenders: every decision its own script call (plain), the default

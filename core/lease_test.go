@@ -113,13 +113,7 @@ func TestLeaseReturnsUnused(t *testing.T) {
 	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-15 {
 		t.Fatalf("Redis has %d left, want 85 (15 leased)", p.Remaining)
 	}
-	e := leaseOf(l, "k")
-	e.mu.Lock()
-	gen, units := e.gen, e.units
-	e.mu.Unlock()
-	if units != 7 {
-		t.Fatalf("the lease holds %d units, want 7", units)
-	}
+	e, gen := leaseHolding(t, l, "k", 7)
 	e.expire(l, gen-1) // a stale timer (an older lease) does nothing
 	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-15 {
 		t.Errorf("after a stale timer, Redis has %d left, want still 85", p.Remaining)
@@ -202,6 +196,22 @@ func TestLeaseTableBounded(t *testing.T) {
 }
 
 // leaseOf is key's entry in l's lease table, nil if none.
+// leaseHolding is key's lease, which must hold units unspent, and its
+// generation (what expire names).
+func leaseHolding(t *testing.T, l *Limiter, key string, units int64) (*lease, uint64) {
+	t.Helper()
+	e := leaseOf(l, key)
+	if e == nil {
+		t.Fatalf("no lease of %q", key)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.units != units {
+		t.Fatalf("the lease of %q holds %d units, want %d", key, e.units, units)
+	}
+	return e, e.gen
+}
+
 func leaseOf(l *Limiter, key string) *lease {
 	l.leases.mu.Lock()
 	defer l.leases.mu.Unlock()
@@ -324,13 +334,7 @@ func TestLeaseGiveBackAfterItsWindowGivesNothing(t *testing.T) {
 			t.Fatalf("Allow: %+v, %v", r, err)
 		}
 	}
-	e := leaseOf(l, "k")
-	e.mu.Lock()
-	gen, units := e.gen, e.units
-	e.mu.Unlock()
-	if units != 7 {
-		t.Fatalf("the lease holds %d units, want 7", units)
-	}
+	e, gen := leaseHolding(t, l, "k", 7)
 	mr.SetTime(first.Add(time.Minute + time.Second)) // the next window
 	if r, err := plain.AllowN(ctx, "k", limit, 95); err != nil || !r.Allowed {
 		t.Fatalf("AllowN(95) in the next window: %+v, %v", r, err)
