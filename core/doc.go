@@ -24,13 +24,13 @@
 // SlidingWindow admits at most Rate units in any window of length Period.
 // It logs each admitted request as an entry weighted by its cost, with
 // running totals, so memory grows with the requests in the window, never
-// with their cost. Up to 1024 requests per window (always, for Rate <=
-// 1024) each is an entry of its own and the bound is exact; beyond, a
-// request joins the newest entry when both fall in one 1024th of the
-// Period, so the log never holds more than 1025 entries, a call's work is
-// bounded whatever the rate, and a unit leaves the window at most
-// Period/1024 late (the strict side). Pick it when the bound must be
-// exact.
+// with their cost. For a Rate up to 1024 each request is an entry of its
+// own and the bound is exact. Above, a request joins the newest entry when
+// both fall in one 1024th of the Period, and a unit leaves the window up to
+// Period/1024 late; a log that refunds left with more than 1024 entries has
+// each request join the newest entry, later still. So the log never holds
+// more than 1025 entries, a call's work is bounded whatever the rate, and
+// every error is on the strict side. Pick it when the bound must be exact.
 //
 // SlidingWindowCounter approximates SlidingWindow in constant memory: the
 // count of the current fixed window plus the previous window's count

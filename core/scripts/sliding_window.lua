@@ -1,12 +1,14 @@
 -- Sliding window log: at most rate units in any window of length period.
 -- Each admitted request is an entry in a sorted set scored by its time and
 -- weighted by its cost, so memory grows with the requests in the window,
--- never with their cost. While a window holds at most CAP requests (always,
--- for rate <= CAP) each is an entry of its own and the bound is exact.
--- Beyond, a request joins the newest entry when both fall in one CAP-th of
--- the period, and the entry then leaves with its last request: the log
--- never holds more than CAP + 1 entries, so every call's work is bounded,
--- and a unit leaves the window at most period / CAP late (strict side).
+-- never with their cost. For rate <= CAP each request is an entry of its
+-- own and the bound is exact. For rate > CAP a request joins the newest
+-- entry when both fall in one CAP-th of the period (aligned slices), and
+-- the entry then leaves with its last request: a unit leaves the window
+-- up to period / CAP late. A log that holds more than CAP entries anyway
+-- (refunded requests keep theirs) has every request join the newest
+-- entry, later still. So the log never holds more than CAP + 1 entries,
+-- every call's work is bounded, and every error is on the strict side.
 --
 -- State    two keys. The log, a sorted set: one entry per request (or group
 --          of requests), scored by its time µs, member "<S> <w>": w its
