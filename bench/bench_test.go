@@ -62,11 +62,7 @@ func BenchmarkAlgorithms(b *testing.B) {
 		for _, s := range algScenarios {
 			b.Run(fmt.Sprintf("alg=%s/%s", alg, s.benchName()), func(b *testing.B) {
 				for _, batched := range []bool{false, true} {
-					mode := "plain"
-					if batched {
-						mode = "batched"
-					}
-					benchCell(b, "mode="+mode, oursAlg(alg, batched), s)
+					benchCell(b, "mode="+modeName(batched), oursAlg(alg, batched), s)
 				}
 			})
 		}

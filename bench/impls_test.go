@@ -174,6 +174,14 @@ var (
 	oursAll = []impl{oursPlain, oursBatched, oursBDC}
 )
 
+// modeName names a Limiter that batches, or one that does not.
+func modeName(batched bool) string {
+	if batched {
+		return "batched"
+	}
+	return "plain"
+}
+
 // oursAlg is algorithm alg, plain or batched.
 func oursAlg(alg core.Algorithm, batched bool) impl {
 	if batched {

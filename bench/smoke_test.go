@@ -25,13 +25,18 @@ func TestDeciders(t *testing.T) {
 		impls = append(impls, oursAlg(alg, false), oursAlg(alg, true))
 	}
 	// A permit given back frees its place, so in flight is never denied
-	// at a limit of 1 as the denied traffic needs: the features run
-	// allowed only.
+	// at a limit of 1 as the denied traffic needs: it runs allowed only.
+	// A plain feature makes its calls per request, each its own.
 	allowedOnly := map[string]bool{}
+	callsPer1k := map[string]float64{}
 	for _, f := range features {
 		for _, batched := range []bool{false, true} {
 			im := featureImpl(f, batched)
-			impls, allowedOnly[im.name] = append(impls, im), true
+			impls = append(impls, im)
+			allowedOnly[im.name] = f.id == "inflight"
+			if !batched {
+				callsPer1k[im.name] = 1000 * float64(f.calls)
+			}
 		}
 	}
 	for _, im := range impls {
@@ -55,6 +60,11 @@ func TestDeciders(t *testing.T) {
 				}
 				if got := st.deniedPct(); got != want {
 					t.Errorf("denied = %.1f%%, want %.0f%%", got, want)
+				}
+				if want, ok := callsPer1k[im.name]; ok && s.traffic == allowed {
+					if got := st.callsPer1k(); got < want {
+						t.Errorf("Redis calls per 1000 requests = %.0f, want >= %.0f", got, want)
+					}
 				}
 				// Only the clients that ask Redis once per decision.
 				switch im.name {

@@ -434,11 +434,7 @@ func (tr *tableRun) measureAlgorithms(r int) {
 				modes = rotate([]bool{false, true}, r)
 			}
 			for _, batched := range modes {
-				mode := "plain"
-				if batched {
-					mode = "batched"
-				}
-				tr.put(algKey(alg, s, mode), r, cell(tr.t, r, oursAlg(alg, batched), s, tr.d))
+				tr.put(algKey(alg, s, modeName(batched)), r, cell(tr.t, r, oursAlg(alg, batched), s, tr.d))
 			}
 		}
 	}
