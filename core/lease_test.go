@@ -195,7 +195,6 @@ func TestLeaseTableBounded(t *testing.T) {
 	}
 }
 
-// leaseOf is key's entry in l's lease table, nil if none.
 // leaseHolding is key's lease, which must hold units unspent, and its
 // generation (what expire names).
 func leaseHolding(t *testing.T, l *Limiter, key string, units int64) (*lease, uint64) {
@@ -212,6 +211,7 @@ func leaseHolding(t *testing.T, l *Limiter, key string, units int64) (*lease, ui
 	return e, e.gen
 }
 
+// leaseOf is key's entry in l's lease table, nil if none.
 func leaseOf(l *Limiter, key string) *lease {
 	l.leases.mu.Lock()
 	defer l.leases.mu.Unlock()

@@ -281,12 +281,13 @@ func bounds(lim Limit, t0, t1 int64) (lo, hi int64) {
 }
 
 // hammer runs workers goroutines spread over limiters, each calling Allow
-// on one key until stop is closed, and returns how many were admitted. The
-// workers of one Limiter share it, so its batching coalesces their
-// decisions on the hot key.
-func hammer(t *testing.T, limiters []*Limiter, workers int, lim Limit, stop <-chan struct{}, calls *atomic.Int64) int64 {
+// on one key until stop is closed, and returns how many were admitted and
+// when (process clock, µs) the first admission returned. The workers of
+// one Limiter share it, so its batching coalesces their decisions on the
+// hot key.
+func hammer(t *testing.T, limiters []*Limiter, workers int, lim Limit, stop <-chan struct{}, calls *atomic.Int64) (admitted, first int64) {
 	t.Helper()
-	var admitted, failed atomic.Int64
+	var nAdmitted, failed, firstAt atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -306,7 +307,8 @@ func hammer(t *testing.T, limiters []*Limiter, workers int, lim Limit, stop <-ch
 					continue
 				}
 				if r.Allowed {
-					admitted.Add(1)
+					nAdmitted.Add(1)
+					firstAt.CompareAndSwap(0, time.Now().UnixMicro())
 				}
 			}
 		})
@@ -315,7 +317,7 @@ func hammer(t *testing.T, limiters []*Limiter, workers int, lim Limit, stop <-ch
 	if n := failed.Load(); n > 0 {
 		t.Errorf("%d calls failed, the first with: %v", n, firstErr.Load())
 	}
-	return admitted.Load()
+	return nAdmitted.Load(), firstAt.Load()
 }
 
 // concurrencySuite: at least 64 goroutines over several separate clients on
@@ -339,11 +341,8 @@ func concurrencySuite(t *testing.T, newClient func(t *testing.T) redis.Universal
 			}
 			prefix := realPrefix(t)
 			cleanupPrefix(t, cs[0], prefix)
-			// Warm every Limiter (connections, the script on every node)
-			// before t0: on a busy machine the first call of a cold client
-			// took long enough that the load began a window late, and the
-			// lower bound, which counts from t0, failed (119 of at least
-			// 120 on the Cluster). Peek takes nothing.
+			// Each Limiter's first call (its connection, the script on the
+			// key's node) is made before t0, by a Peek, which takes nothing.
 			limiters := make([]*Limiter, len(cs))
 			for i, rdb := range cs {
 				limiters[i] = opsNew(t, rdb, WithPrefix(prefix), WithTimeout(10*time.Second), WithBatching(c.batch))
@@ -354,8 +353,10 @@ func concurrencySuite(t *testing.T, newClient func(t *testing.T) redis.Universal
 			stop := make(chan struct{})
 			var calls atomic.Int64
 			t0 := redisNow(t, cs[0])
-			// The lower bound counts only the time the load ran: a slow last
-			// call after stop must not stretch it.
+			skew := t0 - time.Now().UnixMicro() // Redis' clock less the process'
+			// The lower bound counts only the time the load ran, from its
+			// first admission (goroutines and connections start late on a
+			// busy machine) to stop (a slow last call must not stretch it).
 			var tStop atomic.Int64
 			timer := time.AfterFunc(d, func() {
 				close(stop)
@@ -369,14 +370,15 @@ func concurrencySuite(t *testing.T, newClient func(t *testing.T) redis.Universal
 				flushAt := time.AfterFunc(d/2, flush)
 				defer flushAt.Stop()
 			}
-			admitted := hammer(t, limiters, workers, lim, stop, &calls)
+			admitted, first := hammer(t, limiters, workers, lim, stop, &calls)
 			t1 := redisNow(t, cs[0])
 			_, hi := bounds(lim, t0, t1)
 			stopped := tStop.Load()
 			if stopped == 0 {
 				stopped = t1
 			}
-			lo, _ := bounds(lim, t0, min(stopped, t1))
+			began := min(max(t0, first+skew), stopped)
+			lo, _ := bounds(lim, began, min(stopped, t1))
 			t.Logf("%d workers, %d clients: %d of %d calls admitted in %v of Redis time; bounds [%d, %d]",
 				workers, clients, admitted, calls.Load(), time.Duration(t1-t0)*time.Microsecond, lo, hi)
 			if admitted > hi {

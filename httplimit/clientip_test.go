@@ -159,25 +159,32 @@ func FuzzClientIP(f *testing.F) {
 // nothing by how it spells its address": every spelling of one address
 // (IPv4-mapped, hex-mapped, upper case, leading zeros in IPv6 groups, a
 // zone, with or without a port, padded or quoted in a trusted header),
-// and every address of one IPv6 /64, is one key.
+// and every address of one IPv6 /64, is one key (the default grouping).
 func TestClientIPOneKeyPerClient(t *testing.T) {
-	direct := mustKeyByIP(t, ClientIP{})
-	proxied := mustKeyByIP(t, ClientIP{TrustedProxies: []string{"10.0.0.0/8"}})
 	for _, group := range []struct {
+		bits   int // ClientIP.IPv6Prefix
 		want   string
 		peers  []string // as the peer address
 		hops   []string // as the client hop of a trusted proxy's X-Forwarded-For
 		others []string // peers that must not share the key
 	}{
-		{"ip:192.0.2.1",
+		{0, "ip:192.0.2.1",
 			[]string{"192.0.2.1:1", "192.0.2.1:65535", "[::ffff:192.0.2.1]:1", "[::FFFF:c000:201]:1", "[0:0:0:0:0:ffff:192.0.2.1]:1", "192.0.2.1"},
 			[]string{"192.0.2.1", " 192.0.2.1 ", `"192.0.2.1"`, "::ffff:192.0.2.1", "192.0.2.1:8080", "[::ffff:192.0.2.1]:8080"},
 			[]string{"192.0.2.2:1", "[::192.0.2.1]:1", "[64:ff9b::192.0.2.1]:1"}},
-		{"ip:2001:db8::/64",
+		{0, "ip:2001:db8::/64",
 			[]string{"[2001:db8::1]:1", "[2001:DB8::1]:1", "[2001:0db8:0000:0000::1]:1", "[2001:db8::1%eth0]:1", "[2001:db8::ffff:ffff:ffff:ffff]:2", "2001:db8::1"},
 			[]string{"2001:db8::1", "[2001:DB8::1]", "[2001:db8::1]:4711", " 2001:db8:0::2 "},
 			[]string{"[2001:db8:0:1::1]:1"}},
+		// Whole addresses: the zone must go by itself, not with the bits a
+		// /64 drops.
+		{128, "ip:2001:db8::1",
+			[]string{"[2001:db8::1]:1", "[2001:db8::1%eth0]:1", "[2001:DB8:0::1%25eth1]:2", "2001:db8::1%eth0"},
+			[]string{"2001:db8::1%eth0", "[2001:db8::1%eth0]:4711"},
+			[]string{"[2001:db8::2]:1"}},
 	} {
+		direct := mustKeyByIP(t, ClientIP{IPv6Prefix: group.bits})
+		proxied := mustKeyByIP(t, ClientIP{TrustedProxies: []string{"10.0.0.0/8"}, IPv6Prefix: group.bits})
 		for _, peer := range group.peers {
 			if got, err := direct(testRequest{remote: peer, header: http.Header{}}); err != nil || got != group.want {
 				t.Errorf("peer %q: key %q, %v; want %q", peer, got, err, group.want)

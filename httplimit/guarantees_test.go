@@ -460,27 +460,28 @@ func TestInFlightPermitBackWhenGlobalRefuses(t *testing.T) {
 	}
 }
 
-// TestLoweredLimitOverHTTP backs the README's "a change of Limit takes
-// effect on the next call" at its edge, issue 16's lowered limit through a
-// Policy: 300 requests under 1000/min, then LimitFunc (an Overrides edit)
-// says 200/min. The next request is answered at once, with a sane result:
+// TestLoweredLimitOverHTTP backs the README's "Changing the Rate ...
+// takes effect on the next call ... a lowered limit refuses until the
+// spending fits it" through a Policy: 300 requests under 1000/min, then
+// LimitFunc (an Overrides edit) says 200/min. The next request is answered at once, with a sane result:
 // the window algorithms refuse it with a Retry-After, leases included, and
-// nothing spins against Redis. It used to hang until the client gave up,
-// sending Redis some 240,000 commands; this fails on that code at its
-// 2-second deadline.
+// nothing spins against Redis: a handful of commands, where a denial
+// that ended at once sent a lease or a waiter back to Redis until its
+// deadline.
 func TestLoweredLimitOverHTTP(t *testing.T) {
 	for _, c := range []struct {
 		alg    core.Algorithm
 		leases bool
-		denied bool // 300 spent is above 200 in the window
+		denied bool          // 300 spent is above 200 in the window
+		wait   time.Duration // the exact RetryAfter at the first request after lowering, where checked
 	}{
 		// (The leaky bucket is left to core's TestLoweredLimitIsSane: a
 		// Policy sleeps its Delay on the real clock, 300 times here.)
-		{core.TokenBucket, false, false}, // the bucket keeps min(700, 200) tokens
-		{core.FixedWindow, false, true},
-		{core.FixedWindow, true, true},
-		{core.SlidingWindow, false, true},
-		{core.SlidingWindowCounter, false, true},
+		{core.TokenBucket, false, false, 0},                 // the bucket holds at most its new burst, 200
+		{core.FixedWindow, false, true, 30 * time.Second},   // the window's end
+		{core.FixedWindow, true, true, 0},                   // a lease remembers the denial on the process' clock
+		{core.SlidingWindow, false, true, 40 * time.Second}, // until 101 entries left: the 101st was at 10s
+		{core.SlidingWindowCounter, false, true, 0},
 	} {
 		name := c.alg.String()
 		if c.leases {
@@ -504,16 +505,23 @@ func TestLoweredLimitOverHTTP(t *testing.T) {
 					}
 					return limit(1000), true
 				}})
+			// 300 requests 100ms apart from the start of a minute: one
+			// fixed window, and a sliding log of 300 entries.
+			start := redistest.Epoch.Truncate(time.Minute).Add(time.Minute)
 			for i := range 300 {
+				mr.SetTime(start.Add(time.Duration(i) * 100 * time.Millisecond))
 				if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
 					t.Fatalf("request %d under 1000/min: %v (%v)", i+1, d.Outcome, d.Err)
 				}
 			}
 			lowered.Store(true)
 			for i := range 3 {
+				mr.SetTime(start.Add(30*time.Second + time.Duration(i)*time.Second))
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				r := from("192.0.2.1")
+				r.ctx = ctx
 				commands := mr.CommandCount()
-				d := p.Decide(testRequest{ctx: ctx, remote: "192.0.2.1:40000", header: http.Header{}, route: "/v1/things"})
+				d := p.Decide(r)
 				cancel()
 				sent := mr.CommandCount() - commands
 				if d.Err != nil || (d.Outcome != OutcomeAllowed && d.Outcome != OutcomeDenied) {
@@ -528,8 +536,12 @@ func TestLoweredLimitOverHTTP(t *testing.T) {
 				if d.Outcome == OutcomeDenied && (d.Result.RetryAfter <= 0 || d.RetryAfter() < 1) {
 					t.Errorf("request %d after lowering: denied with RetryAfter %v (header %d), want a wait", i+1, d.Result.RetryAfter, d.RetryAfter())
 				}
-				// miniredis counts the commands a script runs too.
-				if sent > 16 {
+				if want := c.wait - time.Duration(i)*time.Second; c.wait > 0 && d.Result.RetryAfter != want {
+					t.Errorf("request %d after lowering: RetryAfter %v, want %v under the new Limit", i+1, d.Result.RetryAfter, want)
+				}
+				// miniredis counts the commands a script runs too: a
+				// denial's binary search over 300 entries is a dozen.
+				if sent > 40 {
 					t.Errorf("request %d after lowering sent Redis %d commands, want a handful", i+1, sent)
 				}
 			}

@@ -43,8 +43,8 @@ type KeyFunc func(Request) (string, error)
 // to another (KeyFirst(KeyByHeader("X-API-Key"), byIP)). Values of any
 // length are fine: the Limiter hashes long keys.
 //
-// The value is whatever the client sends, byte for byte and case
-// included (API keys are case-sensitive). Verify it (authenticate the API
+// Beyond that trim the value is as sent, case included (API keys are
+// case-sensitive). Verify it (authenticate the API
 // key) before the limiter runs, or a client that sends a new value with
 // every request gets a new limit with each; where it cannot be verified,
 // limit the client IP too (a second Policy keyed by KeyByIP).

@@ -39,6 +39,11 @@ func TestKeysClientCannotVary(t *testing.T) {
 	if ab == ac {
 		t.Errorf("values %q and %q share the key %q", "a, b", "a, c", ab)
 	}
+	upper, _ := byHeader(keyRequest{header: []string{"K1"}})
+	lower, _ := byHeader(keyRequest{header: []string{"k1"}})
+	if upper == lower {
+		t.Errorf("values %q and %q share the key %q: API keys are case-sensitive", "K1", "k1", upper)
+	}
 	if _, err := byHeader(keyRequest{header: []string{" \t"}}); err == nil {
 		t.Error("a value of only spaces keyed the request")
 	}

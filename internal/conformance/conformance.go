@@ -108,18 +108,18 @@ type Adapter struct {
 	// through the same handler, as the framework serves a HEAD of a GET
 	// route), GET /search, GET /healthz and GET /items/:id, and /any for
 	// every method (the framework's any-method route: ServeMux's pattern
-	// without a method, Any, All), each answering 200 "ok"; GET /login, answering 401 "bad password"; GET /spend, whose
-	// handler reports the cost in its X-Used header with the adapter's
-	// ReportCost to cfgs[0]'s Policy and answers 200 "ok", or 200
-	// "unsettled" when ReportCost returns false; GET /inside, answering
-	// 200 with what cfgs[0].Inside returns; GET /panic, whose handler
-	// panics, and which the app answers 500 "panicked" from a recover of
-	// its own outside the middleware (as a framework's recovery
-	// middleware would). Without the
-	// middleware: GET /upload, whose handler calls the adapter's Check with
-	// cfgs[0]'s check Policy at the cost in X-Cost and answers 200 "stored"
-	// when it passes, and GET /reset, whose handler calls the adapter's
-	// Reset with cfgs[0]'s Policy and answers 204. It returns how to serve
+	// without a method, Any, All), each answering 200 "ok"; GET /login,
+	// answering 401 "bad password"; GET /spend, whose handler reports the
+	// cost in its X-Used header with the adapter's ReportCost to cfgs[0]'s
+	// Policy and answers 200 "ok", or 200 "unsettled" when ReportCost
+	// returns false; GET /inside, answering 200 with what cfgs[0].Inside
+	// returns; GET /panic, whose handler panics, and which the app answers
+	// 500 "panicked" from a recover of its own outside the middleware (as
+	// a framework's recovery middleware would). Without the middleware:
+	// GET /upload, whose handler calls the adapter's Check with cfgs[0]'s
+	// check Policy at the cost in X-Cost and answers 200 "stored" when it
+	// passes, and GET /reset, whose handler calls the adapter's Reset with
+	// cfgs[0]'s Policy and answers 204. It returns how to serve
 	// a request through the app, with the framework's own test facility;
 	// the request's context must reach the middleware as the request
 	// context httplimit sees.
