@@ -177,6 +177,32 @@ var Scenarios = []Scenario{
 		Keys: []string{"api:" + peer},
 	},
 	{
+		// RateLimit-Policy states the rate a client may keep to, never
+		// refused (issue 17): a bucket of 10/s with a burst of 100 is
+		// q=10 per second, not its burst; r is capped at q.
+		Name: "headers_ietf_sustained_rate",
+		Configs: one(cfg(httplimit.Config{Name: "api", Limit: core.Limit{Rate: 10, Period: time.Second, Burst: 100},
+			Headers: httplimit.Headers{httplimit.IETF{}}})),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Event: "allowed",
+				Header: hdr("RateLimit-Policy", `"api";q=10;w=1`, "RateLimit", `"api";r=10;t=0`)}},
+		},
+		Keys: []string{"api:" + peer},
+	},
+	{
+		// A sliding window counter's w covers the two windows its estimate
+		// reads, so t never exceeds w (t itself depends on where in its
+		// window the real clock is; httplimit's property tests check it).
+		Name: "headers_ietf_counter_window",
+		Configs: one(cfg(httplimit.Config{Name: "api", Limit: core.Limit{Algorithm: core.SlidingWindowCounter, Rate: 10, Period: 10 * time.Second},
+			Headers: httplimit.Headers{httplimit.IETF{}}})),
+		Steps: []Step{
+			{Want: Want{Status: 200, Body: ok, Event: "allowed",
+				Header: hdr("RateLimit-Policy", `"api";q=10;w=20`, "RateLimit", Any)}},
+		},
+		Keys: []string{"api:" + peer},
+	},
+	{
 		Name:    "headers_both",
 		Configs: one(cfg(httplimit.Config{Limit: perMinute(2), Headers: httplimit.Headers{httplimit.XRateLimit{}, httplimit.IETF{}}})),
 		Steps: []Step{
