@@ -269,10 +269,19 @@ func bounds(lim Limit, t0, t1 int64) (lo, hi int64) {
 		capacity := int64(lim.Capacity())
 		hi = capacity + span*rate/period + 1
 		lo = capacity + span*rate/period*7/10
-	case FixedWindow, SlidingWindowCounter:
+	case FixedWindow:
 		windows := t1/period - t0/period + 1 // every window [t0, t1] touches
 		hi = rate * windows
 		lo = rate * max(1, windows-1) * 8 / 10
+	case SlidingWindowCounter:
+		// At most Rate per window it touches, like a fixed window. Its
+		// capacity accrues through a window as the previous one's weight
+		// falls, as a sliding window's does, so a load the machine stalls
+		// near a boundary loses what it had not yet taken: its lower
+		// bound is a sliding window's.
+		windows := t1/period - t0/period + 1
+		hi = rate * windows
+		lo = rate * max(1, span/period) * 7 / 10
 	case SlidingWindow:
 		hi = rate * (span/period + 1)
 		lo = rate * max(1, span/period) * 7 / 10
