@@ -453,3 +453,50 @@ func TestDenyCacheAnswersLargerCosts(t *testing.T) {
 		t.Errorf("%d Redis calls, want only the 10 Peeks of the check", calls)
 	}
 }
+
+// TestSlidingWindowRefundedLogStaysStrict backs the package doc's "a log
+// that refunds left with more than 1024 entries has each request join the
+// newest entry ... every error is on the strict side": 1030 requests at
+// distinct instants, each refunded, leave the log at its cap with nothing
+// counted; then the window still admits exactly Rate, never more, and
+// the log stays bounded.
+func TestSlidingWindowRefundedLogStaysStrict(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb, l := miniLimiter(t)
+	lim := Limit{Algorithm: SlidingWindow, Rate: 100, Period: 10 * time.Second}
+	at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+	for i := range 1030 {
+		at(time.Duration(i) * time.Millisecond)
+		r, err := l.Allow(ctx, "k", lim)
+		if err != nil || !r.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, r, err)
+		}
+		if err := l.Refund(ctx, "k", lim, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log := stateKeys(nil, l.prefix, "k", &algorithms[SlidingWindow], 0)[0]
+	if card, err := rdb.ZCard(ctx, log).Result(); err != nil || card > 1025 {
+		t.Fatalf("the log holds %d entries (%v), want at most 1025", card, err)
+	}
+	// Spread over the rest of the window: Rate admitted, then refused.
+	admitted := 0
+	for i := range 150 {
+		at(2*time.Second + time.Duration(i)*10*time.Millisecond)
+		r, err := l.Allow(ctx, "k", lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			admitted++
+		} else if r.RetryAfter <= 0 {
+			t.Fatalf("request %d refused without a wait: %+v", i, r)
+		}
+	}
+	if admitted != lim.Rate {
+		t.Errorf("%d admitted in one window after the refunds, want exactly %d", admitted, lim.Rate)
+	}
+	if card, err := rdb.ZCard(ctx, log).Result(); err != nil || card > 1025 {
+		t.Errorf("the log holds %d entries (%v), want at most 1025", card, err)
+	}
+}

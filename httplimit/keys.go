@@ -44,10 +44,10 @@ type KeyFunc func(Request) (string, error)
 // length are fine: the Limiter hashes long keys.
 //
 // Beyond that trim the value is as sent, case included (API keys are
-// case-sensitive). Verify it (authenticate the API
-// key) before the limiter runs, or a client that sends a new value with
-// every request gets a new limit with each; where it cannot be verified,
-// limit the client IP too (a second Policy keyed by KeyByIP).
+// case-sensitive). Verify it (authenticate the API key) before the limiter
+// runs, or a client that sends a new value with every request gets a new
+// limit with each; where it cannot be verified, limit the client IP too (a
+// second Policy keyed by KeyByIP).
 func KeyByHeader(name string) KeyFunc {
 	prefix := "h:" + http.CanonicalHeaderKey(name) + ":"
 	return func(r Request) (string, error) {
