@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/internal/redistest"
@@ -303,4 +304,125 @@ func TestGrouping(t *testing.T) {
 	if g := groupingOf(ring); g.of("a") == g.of("b") || g.of("a") != (groupID{tag: "a"}) {
 		t.Errorf("a Ring: groups %+v and %+v, want one group per key", g.of("a"), g.of("b"))
 	}
+}
+
+// TestBatchOfManyKeysDecidesAsAlone: a batch over many keys, each with its
+// own history, decides each key and leaves each state exactly as calls of
+// their own at the same instant would. Most keys of such a batch hold one
+// CONSUME, which the driver decides without a state table (take); the
+// test fails if that shortcut and the general path ever part, on any
+// algorithm, for fresh, partly spent, spent or refunded states.
+func TestBatchOfManyKeysDecidesAsAlone(t *testing.T) {
+	limits := map[string]Limit{"calendar": {Algorithm: FixedWindow, Rate: 5, Calendar: Daily}}
+	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
+		limits[a.String()] = Limit{Algorithm: a, Rate: 5, Period: time.Minute}
+	}
+	for name, lim := range limits {
+		t.Run(name, func(t *testing.T) {
+			mr, rdb := redistest.Mini(t)
+			now := redistest.Epoch
+			l := opsNew(t, rdb, opsPatient, WithBatching(1), WithClock(func() time.Time { return now }))
+			ctx := context.Background()
+			pl, err := l.plans.of(lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const keys = 12
+			key := func(twin string, i int) string { return fmt.Sprintf("%s%d", twin, i) }
+			// Histories: key i takes 1 + i%3 units i%5 times, 7 s apart,
+			// and every fourth key has its last take refunded.
+			for step := range 4 {
+				for i := range keys {
+					if step >= i%5 {
+						continue
+					}
+					for _, twin := range []string{"a", "b"} {
+						r, err := l.AllowN(ctx, key(twin, i), lim, 1+i%3)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if i%4 == 3 && step == i%5-1 && r.Allowed {
+							if err := l.Refund(ctx, key(twin, i), lim, r); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				}
+				now = now.Add(7 * time.Second)
+				mr.SetTime(now)
+			}
+			// The batch: one request per key, but keys 5 and 10 hold two,
+			// and key 7 a PEEK and key 8 an AllowAtMost.
+			var calls []*pending
+			var reqs []modelRequest
+			var owner []int
+			for i := range keys {
+				rs := []modelRequest{{int64(1 + (i+1)%3), modeConsume, 0}}
+				switch i {
+				case 5, 10:
+					rs = append(rs, modelRequest{2, modeConsume, 0})
+				case 7:
+					rs[0].mode = modePeek
+				case 8:
+					rs[0] = modelRequest{4, modeAtMost, 0}
+				}
+				for _, r := range rs {
+					c := &pending{rq: request{key: key("a", i), pl: pl, n: int(r.n), mode: r.mode}}
+					c.nkeys = copy(c.keys[:], stateKeys(nil, l.prefix, key("a", i), lim.row(), 0))
+					calls, reqs, owner = append(calls, c), append(reqs, r), append(owner, i)
+				}
+			}
+			l.runBatch(pl, calls)
+			for j, c := range calls {
+				r, i := reqs[j], owner[j]
+				var want Result
+				switch r.mode {
+				case modeConsume:
+					want, err = l.AllowN(ctx, key("b", i), lim, int(r.n))
+				case modePeek:
+					want, err = l.Peek(ctx, key("b", i), lim)
+				case modeAtMost:
+					want, err = l.AllowAtMost(ctx, key("b", i), lim, int(r.n))
+				}
+				if err != nil || c.err != nil {
+					t.Fatalf("key %d: alone: %v; batched: %v", i, err, c.err)
+				}
+				got := c.res[0]
+				got.stamp, want.stamp = 0, 0
+				if r.mode == modePeek {
+					got.Granted, want.Granted = 0, 0
+				}
+				if got != want {
+					t.Errorf("key %d, request %+v: batched %+v, alone %+v", i, r, got, want)
+				}
+			}
+			for i := range keys {
+				a := stateKeys(nil, l.prefix, key("a", i), lim.row(), 0)
+				b := stateKeys(nil, l.prefix, key("b", i), lim.row(), 0)
+				for k := range a {
+					if ga, gb := stateOf(t, mr, a[k]), stateOf(t, mr, b[k]); ga != gb {
+						t.Errorf("key %d: batched left %s = %s, alone %s = %s", i, a[k], ga, b[k], gb)
+					}
+				}
+			}
+		})
+	}
+}
+
+// stateOf is a key's type, value and TTL, as one string to compare.
+func stateOf(t *testing.T, mr *miniredis.Miniredis, key string) string {
+	t.Helper()
+	typ := mr.Type(key)
+	var v any
+	var err error
+	switch typ {
+	case "string":
+		v, err = mr.Get(key)
+	case "zset":
+		v, err = mr.SortedSet(key)
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return fmt.Sprintf("%s %v ttl %v", typ, v, mr.TTL(key))
 }

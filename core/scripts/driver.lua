@@ -39,56 +39,68 @@ local function run(keys, args)
   local vals = call('MGET', unpack(keys))
   local out, o, k = {clock}, 1, 1
   local st, resets = {}, {}
-  while k <= #keys do
-    for i = 1, nl do
-      st[i] = layers[i].A.load(keys, k, vals, layers[i].p)
-      k = k + layers[i].A.nkeys
-    end
-    local nonpeek, c = false, tonumber(args[a])
-    a = a + 1
-    for _ = 1, c do
-      local code = tonumber(args[a])
-      local mode = code % 8
-      local n = (code - mode) / 8
-      local stamp, id = 0, 0
+  -- A key of one request, a CONSUME, under one layer with a take (most
+  -- keys of a batch over many keys) is decided as one decides it: no
+  -- table for its state.
+  local take = nl == 1 and layers[1].A.take
+  local nkeys = #keys
+  while k <= nkeys do
+    local code = take and args[a] == '1' and tonumber(args[a + 1])
+    if code and code % 8 == CONSUME then
+      local g, r, rt, rs, d = take(keys[k], vals[k], layers[1].p, code / 8)
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
+      o, k, a = o + 5, k + 1, a + 2
+    else
+      for i = 1, nl do
+        st[i] = layers[i].A.load(keys, k, vals, layers[i].p)
+        k = k + layers[i].A.nkeys
+      end
+      local nonpeek, c = false, tonumber(args[a])
       a = a + 1
-      if mode == REFUND or mode == RENEW then
-        stamp = tonumber(args[a])
+      for _ = 1, c do
+        local code = tonumber(args[a])
+        local mode = code % 8
+        local n = (code - mode) / 8
+        local stamp, id = 0, 0
         a = a + 1
-      end
-      if ids then
-        id = args[a]
-        a = a + 1
-      end
-      if mode ~= PEEK then nonpeek = true end
-      if nl == 1 then
-        local l = layers[1]
-        local g, r, rt, rs, d = l.A.decide(st[1], l.p, n, mode, stamp, id)
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
-        o = o + 5
-        resets[1] = rs
-      else
-        local first, all, rep = mode, true, {}
-        if mode == CONSUME then first = PEEK end
-        for i = 1, nl do
-          local l = layers[i]
-          rep[i] = {l.A.decide(st[i], l.p, n, first, stamp, id)}
-          if first == PEEK and rep[i][1] == 0 then all = false end
+        if mode == REFUND or mode == RENEW then
+          stamp = tonumber(args[a])
+          a = a + 1
         end
-        if mode == CONSUME and all then
+        if ids then
+          id = args[a]
+          a = a + 1
+        end
+        if mode ~= PEEK then nonpeek = true end
+        if nl == 1 then
+          local l = layers[1]
+          local g, r, rt, rs, d = l.A.decide(st[1], l.p, n, mode, stamp, id)
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
+          o = o + 5
+          resets[1] = rs
+        else
+          local first, all, rep = mode, true, {}
+          if mode == CONSUME then first = PEEK end
           for i = 1, nl do
             local l = layers[i]
-            rep[i] = {l.A.decide(st[i], l.p, n, CONSUME, stamp, id)}
+            rep[i] = {l.A.decide(st[i], l.p, n, first, stamp, id)}
+            if first == PEEK and rep[i][1] == 0 then all = false end
+          end
+          if mode == CONSUME and all then
+            for i = 1, nl do
+              local l = layers[i]
+              rep[i] = {l.A.decide(st[i], l.p, n, CONSUME, stamp, id)}
+            end
+          end
+          for i = 1, nl do
+            for j = 1, 5 do out[o + j] = rep[i][j] end
+            o = o + 5
+            resets[i] = rep[i][4]
           end
         end
-        for i = 1, nl do
-          for j = 1, 5 do out[o + j] = rep[i][j] end
-          o = o + 5
-          resets[i] = rep[i][4]
-        end
       end
+      for i = 1, nl do layers[i].A.save(st[i], layers[i].p, resets[i], nonpeek) end
     end
-    for i = 1, nl do layers[i].A.save(st[i], layers[i].p, resets[i], nonpeek) end
   end
   return out
 end

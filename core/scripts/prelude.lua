@@ -60,7 +60,8 @@ end
 --   save(st, p, reset, nonpeek) writes st (reset: µs until it is whole)
 --   take(key, v, p, n) optional: one CONSUME of n on a state of one
 --                    string key, whose value is v, as load, decide and save
---                    would make it, for one's common call
+--                    would make it, for one's common call and a batch's
+--                    key of one CONSUME
 local algorithms = {}
 
 -- limit returns the Limit that spec, one ARGV string, spells:
