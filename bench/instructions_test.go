@@ -1,0 +1,160 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// TestInstructions counts the instructions the Redis server executes per
+// decision, for every contender of the targets, on a redis-server that
+// runs under valgrind's callgrind (bench/instructions.sh starts one and
+// runs this test against it). Unlike time, an instruction count does not
+// move with what else the machine is doing: the same binary, calls and
+// state give the same count, to within the server's own background work
+// (serverCron), so a difference of a few percent is real here where the
+// timed tables cannot show it. It counts what a decision costs Redis,
+// not what it waits for.
+//
+// BENCH_CALLGRIND_PID is the valgrind process, BENCH_CALLGRIND_OUT the
+// --callgrind-out-file it writes its dumps beside; REDIS_URL is its
+// address.
+func TestInstructions(t *testing.T) {
+	pid, out := os.Getenv("BENCH_CALLGRIND_PID"), os.Getenv("BENCH_CALLGRIND_OUT")
+	if pid == "" || out == "" {
+		t.Skip("BENCH_CALLGRIND_PID and BENCH_CALLGRIND_OUT are not set: run bench/instructions.sh")
+	}
+	needRedis(t)
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("BENCH_INSTRUCTIONS_N")); err == nil && v > 0 {
+		n = v
+	}
+	contenders := []impl{oursPlain, oursBatched, oursFWPlain, oursFW, redisRate, ulule}
+	type cell struct{ g, keys int }
+	cells := []cell{{1, 1}, {1, 1000}, {16, 1}, {16, 1000}}
+	type result struct {
+		ir, calls float64
+	}
+	res := map[string]map[cell]result{}
+	for _, c := range cells {
+		for _, im := range contenders {
+			cl := clientFor(t, im.client)
+			keys, pattern := keySet(c.keys)
+			d, release, err := im.make(cl.rdb, allowed.quota(), keys)
+			if err != nil {
+				t.Fatalf("%s: %v", im.name, err)
+			}
+			prime(c.g, c.keys, 2, d)
+			if !cl.ctr.quiesce() {
+				t.Logf("%s: the client did not quiesce", im.name)
+			}
+			var ir float64
+			var derr error
+			s := run(c.g, int64(n), 0, c.keys, d, cl.ctr,
+				func() { derr = callgrind(pid, "-z") },
+				func() {
+					if derr == nil {
+						ir, derr = dumpInstructions(pid, out)
+					}
+				})
+			release()
+			if err := unlinkMatching(pattern); err != nil {
+				t.Fatal(err)
+			}
+			if derr != nil {
+				t.Fatalf("%s: callgrind: %v", im.name, derr)
+			}
+			if s.errs > 0 {
+				t.Fatalf("%s g=%d keys=%d: %d decisions failed, the first: %v", im.name, c.g, c.keys, s.errs, s.firstErr)
+			}
+			r := result{ir: ir / float64(s.ops), calls: float64(s.cmds) / float64(s.ops)}
+			if res[im.name] == nil {
+				res[im.name] = map[cell]result{}
+			}
+			res[im.name][c] = r
+			t.Logf("g=%d/keys=%d %s: %.0f instructions per decision, %.3f calls per decision", c.g, c.keys, im.name, r.ir, r.calls)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n| contender | cell | Redis calls per decision | Redis instructions per decision | ÷ redis_rate | ÷ ulule |\n|---|---|--:|--:|--:|--:|\n")
+	for _, c := range cells {
+		rr, ul := res[redisRate.name][c].ir, res[ulule.name][c].ir
+		for _, im := range contenders {
+			r := res[im.name][c]
+			fmt.Fprintf(&b, "| %s | g=%d/keys=%d | %.2f | %.0f | %.2f | %.2f |\n", im.name, c.g, c.keys, r.calls, r.ir, r.ir/rr, r.ir/ul)
+		}
+	}
+	t.Log(b.String())
+	if path := os.Getenv("BENCH_TABLE_OUT"); path != "" {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// oursFWPlain is the fixed window, every decision its own call: the lone
+// call's cost against ulule's.
+var oursFWPlain = ours("ours/fixed_window/plain", "ours-plain", core.FixedWindow, core.WithBatching(1))
+
+// callgrind runs callgrind_control with args on pid.
+func callgrind(pid string, args ...string) error {
+	out, err := exec.Command("callgrind_control", append(args, pid)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("callgrind_control %s %s: %v: %s", strings.Join(args, " "), pid, err, out)
+	}
+	return nil
+}
+
+// dumpInstructions has pid dump its counts since they were last zeroed and
+// returns the instructions in the dump (its "summary:" line).
+func dumpInstructions(pid, out string) (float64, error) {
+	old, _ := filepath.Glob(out + ".*")
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+	if err := callgrind(pid, "-d"); err != nil {
+		return 0, err
+	}
+	// callgrind_control returns once the dump is requested; valgrind writes
+	// it when the server next runs.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		files, _ := filepath.Glob(out + ".*")
+		for _, f := range files {
+			if v, ok := summary(f); ok {
+				return v, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no dump beside %s within 10s", out)
+}
+
+// summary reads the total of a complete callgrind dump.
+func summary(path string) (float64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var total float64
+	found := false
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "totals:"); ok {
+			x, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return 0, false
+			}
+			total, found = x, true
+		}
+	}
+	return total, found
+}
