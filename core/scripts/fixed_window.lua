@@ -163,10 +163,33 @@ end
 
 function fw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, fw_encode) end
 
+-- fw_prefix is "<start> ", how a state counted in the window of p that
+-- holds clock begins, and its start. The library keeps both in p until
+-- the window ends (p is its parsed Limit, see limit), so the common take
+-- reads its state with no pattern match and no conversion of the start.
+local function fw_prefix(p)
+  local start = floor(clock / p.period) * p.period
+  if p.start ~= start then
+    p.start = start
+    p.prefix = fmt('%d ', start)
+  end
+  return p.prefix, start
+end
+
 -- take is one CONSUME of n, one's common call, with no table for the
 -- state (see tb.take).
 function fw.take(key, v, p, n)
-  local start, wend, count, ahead = fw_at(p, key, v)
+  local prefix, start = fw_prefix(p)
+  local wend, count, ahead = start + p.period, 0, false
+  if v then
+    -- A state of this window (the common case) as fw_at reads it; any
+    -- other, fw_at reads.
+    count = nil
+    if sub(v, 1, #prefix) == prefix then count = tonumber(sub(v, #prefix + 1)) end
+    if not count or count < 0 or count % 1 ~= 0 then
+      start, wend, count, ahead = fw_at(p, key, v)
+    end
+  end
   local granted, need = 0, n
   if not ahead and count + n <= p.rate then
     granted, need = n, 0
@@ -174,7 +197,9 @@ function fw.take(key, v, p, n)
   end
   local retry, reset, remaining = window_waits(p, start, wend, count, ahead, need)
   if granted > 0 then
-    write(key, fw_value(start, count), reset)
+    local value = prefix .. fmt('%d', count)
+    if start ~= p.start then value = fw_value(start, count) end
+    write(key, value, reset)
   elseif v then
     keep(key, reset)
   end

@@ -15,11 +15,11 @@
 --
 -- A library being loaded may not reach the standard libraries, so their
 -- functions become locals on the first call (init).
-local floor, ceil, min, max, fmt, match, gmatch, call
+local floor, ceil, min, max, fmt, match, gmatch, sub, call
 
 local function init()
   floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
-  fmt, match, gmatch = string.format, string.match, string.gmatch
+  fmt, match, gmatch, sub = string.format, string.match, string.gmatch, string.sub
   call = redis.call
 end
 
@@ -69,7 +69,8 @@ local algorithms = {}
 -- them), as {A = its algorithm's table, p = its params}. Parsed once: a
 -- loaded library keeps the last 256 between calls, so the common call
 -- converts no number for its Limit (a script keeps them for its call).
--- What it returns is shared: no caller changes it.
+-- What it returns is shared: no caller changes it, but to keep what it
+-- derives from it (see fw_prefix).
 local specs, nspecs = {}, 0
 
 local function limit(spec)
