@@ -66,6 +66,13 @@
 //
 // One cell alone: -bench takes a regular expression per level, so anchor
 // each (g=1 also matches g=16): -bench '^BenchmarkDecisions$/^g=1$/^keys=1$/^traffic=allowed$/^impl=ours-plain$'.
+// Redis' instructions per decision, counted by valgrind's callgrind on a
+// redis-server of its own (TestInstructions; a few minutes; needs valgrind
+// and redis-server on PATH): unlike the timed numbers, a count does not move
+// with the machine's load, so it can show a difference of a few percent:
+//
+//	bash bench/instructions.sh
+//
 // Profiles:
 //
 //	cd bench && go test -c -o /tmp/bench.test .

@@ -158,3 +158,24 @@ func summary(path string) (float64, bool) {
 	}
 	return total, found
 }
+
+// TestCallgrindSummary: a dump's total is read from its totals line, and a
+// dump still being written (no totals line yet) is not read at all.
+func TestCallgrindSummary(t *testing.T) {
+	dir := t.TempDir()
+	done := filepath.Join(dir, "done")
+	partial := filepath.Join(dir, "partial")
+	head := "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nsummary: 1234567\nfl=(1) x.c\nfn=(1) f\n16 99\n"
+	if err := os.WriteFile(done, []byte(head+"\ntotals: 1234567\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(partial, []byte(head), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := summary(done); !ok || v != 1234567 {
+		t.Errorf("summary(done) = %v, %v; want 1234567, true", v, ok)
+	}
+	if v, ok := summary(partial); ok {
+		t.Errorf("summary(partial) = %v, true; want no total", v)
+	}
+}
