@@ -29,26 +29,32 @@ func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any,
 	if single {
 		fn, script = libraryOne, pl.single
 	}
-	run := func(ctx context.Context) (any, error) {
-		if l.funcs.on.Load() {
-			v, err := l.fcall(ctx, fn, keys, args, once)
-			if err == nil || !isNoFunction(err) {
-				return v, err
-			}
-			l.funcs.lost(l)
-		}
-		if once {
-			return l.evalOnce(ctx, script, keys, args)
-		}
-		return script.Run(ctx, l.rdb, keys, args...).Result()
-	}
 	if !l.detach {
-		v, err := run(ctx)
+		v, err := l.run(ctx, fn, script, keys, args, once)
 		return v, l.wrap(ctx, err)
 	}
 	// The call may outlive the caller, whose KEYS buffer is recycled.
 	keys = append([]string(nil), keys...)
-	return l.detached(ctx, run)
+	return l.detached(ctx, func(ctx context.Context) (any, error) {
+		return l.run(ctx, fn, script, keys, args, once)
+	})
+}
+
+// run is call's one attempt: the function, or the script when the server
+// has not the library. (A method, not a closure, so that the common call
+// allocates nothing for it.)
+func (l *Limiter) run(ctx context.Context, fn string, script *evalScript, keys []string, args []any, once bool) (any, error) {
+	if l.funcs.on.Load() {
+		v, err := l.fcall(ctx, fn, keys, args, once)
+		if err == nil || !isNoFunction(err) {
+			return v, err
+		}
+		l.funcs.lost(l)
+	}
+	if once {
+		return l.evalOnce(ctx, script, keys, args)
+	}
+	return script.Run(ctx, l.rdb, keys, args...).Result()
 }
 
 // noRetry is a command go-redis sends at most once (see call's once).
