@@ -309,9 +309,12 @@ func TestGrouping(t *testing.T) {
 // TestBatchOfManyKeysDecidesAsAlone: a batch over many keys, each with its
 // own history, decides each key and leaves each state exactly as calls of
 // their own at the same instant would. Most keys of such a batch hold one
-// CONSUME, which the driver decides without a state table (take); the
-// test fails if that shortcut and the general path ever part, on any
-// algorithm, for fresh, partly spent, spent or refunded states.
+// CONSUME, which the driver hands to the algorithm's take, as a lone call
+// does (the model tests check a lone take against the reference model);
+// the test fails if the batch passes a take the wrong state, request or
+// reply offset, or takes the shortcut for another mode, on any algorithm,
+// for fresh, partly spent, spent, refunded, earlier-window and indebted
+// (ahead) states.
 func TestBatchOfManyKeysDecidesAsAlone(t *testing.T) {
 	limits := map[string]Limit{"calendar": {Algorithm: FixedWindow, Rate: 5, Calendar: Daily}}
 	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
@@ -329,8 +332,11 @@ func TestBatchOfManyKeysDecidesAsAlone(t *testing.T) {
 			}
 			const keys = 12
 			key := func(twin string, i int) string { return fmt.Sprintf("%s%d", twin, i) }
-			// Histories: key i takes 1 + i%3 units i%5 times, 7 s apart,
-			// and every fourth key has its last take refunded.
+			// Histories: key i takes 1 + i%3 units i%5 times, 20 s apart
+			// (so some states are of an earlier window when the batch
+			// comes), every fourth key has its last take refunded, and
+			// keys 5 and 11 are charged 12 beyond a rate of 5 at the last
+			// step (a debt: a window state ahead of the clock).
 			for step := range 4 {
 				for i := range keys {
 					if step >= i%5 {
@@ -348,7 +354,16 @@ func TestBatchOfManyKeysDecidesAsAlone(t *testing.T) {
 						}
 					}
 				}
-				now = now.Add(7 * time.Second)
+				if step == 3 {
+					for _, i := range []int{5, 11} {
+						for _, twin := range []string{"a", "b"} {
+							if _, err := l.Settle(ctx, key(twin, i), lim, Result{}, 12); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				}
+				now = now.Add(20 * time.Second)
 				mr.SetTime(now)
 			}
 			// The batch: one request per key, but keys 5 and 10 hold two,
