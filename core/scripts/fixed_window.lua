@@ -197,9 +197,11 @@ function fw.take(key, v, p, n)
   end
   local retry, reset, remaining = window_waits(p, start, wend, count, ahead, need)
   if granted > 0 then
-    local value = prefix .. fmt('%d', count)
-    if start ~= p.start then value = fw_value(start, count) end
-    write(key, value, reset)
+    if start == p.start then
+      write(key, prefix .. fmt('%d', count), reset)
+    else
+      write(key, fw_value(start, count), reset)
+    end
   elseif v then
     keep(key, reset)
   end
