@@ -643,7 +643,7 @@ var scenarios2 = []Scenario{
 		Keys: []string{"http:" + peer},
 	},
 	{
-		// README "Requests in flight": "It gives the permit back when its
+		// docs/http.md "Requests in flight": "It gives the permit back when its
 		// handler returns (a panic included)." The handler panics holding
 		// the only permit; the next request gets it. Without the adapter's
 		// deferred Finish, it would be refused for its permit (in_flight)
@@ -657,7 +657,7 @@ var scenarios2 = []Scenario{
 		Keys: []string{"http:" + peer},
 	},
 	{
-		// README "Costs known after the response": ReportCost "returns
+		// docs/http.md "Costs known after the response": ReportCost "returns
 		// false when there is nothing to settle: ... took nothing for the
 		// request (it failed open)". With Redis up it returns true ("ok").
 		Name:    "settle_report_cost_false_after_failing_open",

@@ -176,7 +176,7 @@ func Main(m *testing.M) {
 }
 
 // printSummary writes the lines where they will be seen: into the test's
-// own output under go test -json (gotestsum, the README's test command,
+// own output under go test -json (gotestsum, through which CI runs the README's test command,
 // prints it), else to the terminal (/dev/tty) when there is one, since go
 // test hides the output of a package that passes, and to stderr
 // otherwise, or when writing to the terminal fails: a skip must never go
