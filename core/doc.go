@@ -11,7 +11,10 @@
 // instances with skewed clocks agree; none moves back in time when Redis'
 // clock does (after a failover, say), so no fresh quota is handed out; each
 // keeps its state with a TTL just long enough for it to matter; and no call
-// does work that grows with the cost or the rate.
+// does work that grows with the cost. Only SlidingWindow's log and
+// Concurrency's permits grow with the rate, and a call's work on them is
+// bounded: the log never holds more than 1025 entries, and a permit is
+// found in O(log n) of the n held.
 //
 // TokenBucket (the default) is a bucket of capacity Burst (default Rate),
 // initially full, refilled continuously at Rate per Period: fractions of a

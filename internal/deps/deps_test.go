@@ -66,6 +66,11 @@ func TestDependencies(t *testing.T) {
 				if tt.pkg == "core" && (dep == "net/http" || strings.HasPrefix(dep, "net/http/")) {
 					t.Errorf("core links %s: the engine must know nothing of HTTP", dep)
 				}
+				// ARCHITECTURE.md: otelmetrics uses the metric API, and the
+				// application chooses its SDK.
+				if tt.pkg == "otelmetrics" && strings.HasPrefix(dep, "go.opentelemetry.io/otel/sdk") {
+					t.Errorf("otelmetrics links %s: it may use the OpenTelemetry API only", dep)
+				}
 			}
 		})
 	}
