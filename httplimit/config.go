@@ -247,6 +247,12 @@ func New(cfg Config) (*Policy, error) {
 			return nil, fmt.Errorf("httplimit: Config.Headers[%d] is nil", i)
 		case XRateLimit:
 			p.headers[i] = h.canonical()
+		case OpenAI:
+			f, err := h.fields()
+			if err != nil {
+				return nil, err
+			}
+			p.headers[i] = f
 		}
 	}
 	if int(p.fail) >= len(failNames) {

@@ -20,8 +20,9 @@ type HeaderStyle interface {
 
 // Headers are the styles a Policy writes, in order. Its text form names
 // the built-in styles, comma-separated: "xratelimit", "ietf",
-// "xratelimit,ietf" (or "both"), and "none" for an empty list, so Headers
-// can come from a flag (flag.TextVar) or a config file.
+// "xratelimit,ietf" (or "both"), "openai" and "openai-tokens" (OpenAI's
+// fields of unit requests and tokens), and "none" for an empty list, so
+// Headers can come from a flag (flag.TextVar) or a config file.
 type Headers []HeaderStyle
 
 // XRateLimit is the X-RateLimit-* style, as GitHub sends it: the capacity,
@@ -260,6 +261,15 @@ func (h Headers) MarshalText() ([]byte, error) {
 			names[i] = "xratelimit"
 		case IETF:
 			names[i] = "ietf"
+		case OpenAI:
+			switch s.(OpenAI).Unit {
+			case "", "requests":
+				names[i] = "openai"
+			case "tokens":
+				names[i] = "openai-tokens"
+			default:
+				return nil, fmt.Errorf("httplimit: OpenAI headers of unit %q have no text form", s.(OpenAI).Unit)
+			}
 		default:
 			return nil, fmt.Errorf("httplimit: header style %T has no text form", s)
 		}
@@ -278,9 +288,13 @@ func (h *Headers) UnmarshalText(text []byte) error {
 			out = append(out, IETF{})
 		case "both":
 			out = append(out, XRateLimit{}, IETF{})
+		case "openai":
+			out = append(out, OpenAI{})
+		case "openai-tokens":
+			out = append(out, OpenAI{Unit: "tokens"})
 		case "none":
 		default:
-			return fmt.Errorf("httplimit: unknown header style %q, want xratelimit, ietf, both or none", name)
+			return fmt.Errorf("httplimit: unknown header style %q, want xratelimit, ietf, both, openai, openai-tokens or none", name)
 		}
 	}
 	*h = out

@@ -1,0 +1,66 @@
+package httplimit
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// OpenAI is the style of OpenAI's API, which the clients of
+// OpenAI-compatible APIs read: x-ratelimit-limit-requests (the capacity),
+// x-ratelimit-remaining-requests (what remains) and
+// x-ratelimit-reset-requests (the time until the quota is whole again, as
+// a Go duration rounded up to the millisecond: "1s", "6m0s", "20ms").
+// Unit names the fields' suffix: "requests" by default, or "tokens" for a
+// Policy whose Cost counts tokens, so that an LLM gateway with one Policy
+// for each sends all six fields. When several Policies of one unit decide
+// a request, the fields describe the one with the least remaining, as
+// XRateLimit's do.
+type OpenAI struct {
+	Unit string // Default: "requests"
+}
+
+// WriteHeaders writes the three fields of o's unit, unless a Policy before
+// this one wrote them with less remaining (or as little, and this one
+// admits). A Policy writes them through the names New compiles once.
+func (o OpenAI) WriteHeaders(h HeaderWriter, d *Decision) {
+	if f, err := o.fields(); err == nil {
+		f.WriteHeaders(h, d)
+	}
+}
+
+// fields is o with its field names made, in canonical form (see
+// XRateLimit.canonical), or an error naming a Unit no field name can hold.
+func (o OpenAI) fields() (openAIFields, error) {
+	unit := or(o.Unit, "requests")
+	if !validHeaderName(unit) {
+		return openAIFields{}, fmt.Errorf("httplimit: OpenAI.Unit %q cannot end a header name", o.Unit)
+	}
+	return openAIFields{
+		limit:     canonicalName("X-Ratelimit-Limit-" + unit),
+		remaining: canonicalName("X-Ratelimit-Remaining-" + unit),
+		reset:     canonicalName("X-Ratelimit-Reset-" + unit),
+	}, nil
+}
+
+// openAIFields is an OpenAI style compiled by New.
+type openAIFields struct{ limit, remaining, reset string }
+
+func (f openAIFields) WriteHeaders(h HeaderWriter, d *Decision) {
+	r := d.Result
+	if prev, err := strconv.Atoi(h.Get(f.remaining)); err == nil && (prev < r.Remaining || prev == r.Remaining && r.Allowed) {
+		return // an earlier Policy's is as strict: a refusal is stricter
+	}
+	h.Set(f.limit, strconv.Itoa(d.capacity))
+	h.Set(f.remaining, strconv.Itoa(r.Remaining))
+	h.Set(f.reset, ceilMillis(r.ResetAfter).String())
+}
+
+// ceilMillis is d rounded up to a whole millisecond, so that a client that
+// waits it out is never early.
+func ceilMillis(d time.Duration) time.Duration {
+	if rest := d % time.Millisecond; rest > 0 {
+		d += time.Millisecond - rest
+	}
+	return d
+}
