@@ -114,7 +114,10 @@ type Config struct {
 	Headers Headers
 
 	// Fail says what a request gets when Redis fails or is slower than the
-	// Limiter's timeout. Default: FailOpen.
+	// Limiter's timeout (the Limiter's error matches core.ErrUnavailable).
+	// Any other error is refused with 503, whatever Fail says: a cost or
+	// Limit that can never pass, or a Limiter closed before the server
+	// drained. Default: FailOpen.
 	Fail FailPolicy
 
 	// DryRun decides, counts and sends headers but never refuses nor
