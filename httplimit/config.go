@@ -278,7 +278,7 @@ var defaultKey = func() KeyFunc {
 // capWait applies MaxWait to a LeakyBucket limit: it only ever lowers
 // the Limit's own MaxDelay.
 func (p *Policy) capWait(l core.Limit) core.Limit {
-	if l.Algorithm != core.LeakyBucket {
+	if !shapeOf(l.Algorithm).queues {
 		return l
 	}
 	limit := p.maxWait

@@ -113,7 +113,7 @@ type layerResult struct {
 	limit core.Limit
 }
 
-func (r layerResult) inflight() bool { return r.limit.Algorithm == core.Concurrency }
+func (r layerResult) inflight() bool { return shapeOf(r.limit.Algorithm).permits }
 
 // RedisFault reports a Limiter failure that was Redis' (an error, a
 // timeout, an open circuit: d.Err matches core.ErrUnavailable), not the
