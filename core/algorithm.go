@@ -53,6 +53,10 @@ type algorithm struct {
 	burst bool
 	// ids: every request names a permit (Concurrency).
 	ids bool
+	// queues: an admitted request waits its Result.Delay in a queue that
+	// drains at the rate (LeakyBucket), so WaitN measures a deadline
+	// against the queue ahead, not against RetryAfter alone.
+	queues bool
 	// args is the Limit as its algorithm's file lists it.
 	args func(params) []int64
 	// leaseLeft, for algorithms that can lease (see WithLeases), is how
@@ -73,7 +77,7 @@ var algorithms = [...]algorithm{
 		args:      windowArgs,
 		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
 	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
-		burst: true, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick} }},
+		burst: true, queues: true, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick} }},
 	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,
 		ids: true, args: windowArgs},
 }
@@ -88,6 +92,10 @@ func bucketArgs(p params) []int64 { return []int64{p.period, p.rate, p.capacity,
 func windowArgs(p params) []int64 { return []int64{p.period, p.rate} }
 
 func (a Algorithm) known() bool { return int(a) < len(algorithms) }
+
+// queues reports whether l's requests wait their Delay in a queue (see
+// algorithm.queues); false for an unknown Algorithm.
+func (l Limit) queues() bool { return l.Algorithm.known() && l.row().queues }
 
 // row is the engine's row for l: its algorithm's, or the calendar
 // window's.

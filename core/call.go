@@ -156,13 +156,31 @@ func (l *Limiter) wrap(ctx context.Context, err error) error {
 	return fmt.Errorf("core: redis: %w", err)
 }
 
-// redisFault reports whether err means Redis failed (rather than the call
-// being wrong, or the caller giving up). It is the one place that
-// classifies errors: the breaker, the fallback and the HTTP layer ask it.
+// redisFault is the one classifier of the errors core returns: it reports
+// whether err means Redis failed (it did not answer within the timeout,
+// refused the connection, answered with an error or a reply the scripts
+// never send, or the circuit is open), rather than the call being wrong or
+// the caller giving up. The breaker counts, the local fallback answers,
+// and the error wraps ErrUnavailable (see classified) exactly when it
+// reports true, so httplimit, grpclimit and users ask it through
+// errors.Is(err, ErrUnavailable). In order:
+//
+//   - nil: false;
+//   - an error that wraps ErrUnavailable (the circuit, or classified
+//     already): true;
+//   - the caller's mistakes (ErrEmptyKey, ErrInvalidCost, ErrInvalidLimit,
+//     ErrClosed) and ErrWaitExceedsDeadline (a refusal): false;
+//   - any error once the caller's ctx has ended (its cancel or deadline,
+//     not the Limiter's timeout): false;
+//   - anything else: true.
 func redisFault(ctx context.Context, err error) bool {
 	switch {
-	case err == nil, errors.Is(err, ErrInvalidCost), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrEmptyKey),
-		errors.Is(err, ErrClosed):
+	case err == nil:
+		return false
+	case errors.Is(err, ErrUnavailable):
+		return true
+	case errors.Is(err, ErrInvalidCost), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrEmptyKey),
+		errors.Is(err, ErrClosed), errors.Is(err, ErrWaitExceedsDeadline):
 		return false
 	case ctx.Err() != nil:
 		// The caller's context ended, not our timeout.
@@ -170,3 +188,23 @@ func redisFault(ctx context.Context, err error) bool {
 	}
 	return true
 }
+
+// classified is err as core returns it: wrapping ErrUnavailable when
+// redisFault says it is Redis', so that the classification travels with
+// it. ctx is the caller's (not bounded by the Limiter's timeout).
+func classified(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) || !redisFault(ctx, err) {
+		return err
+	}
+	return unavailable{err}
+}
+
+// unavailable is a Redis fault: its text is the fault's own ("core:
+// redis: dial tcp ...: connection refused"), and it matches both
+// ErrUnavailable and what it wraps (context.DeadlineExceeded for the
+// Limiter's timeout, a redis.Error).
+type unavailable struct{ err error }
+
+func (e unavailable) Error() string        { return e.err.Error() }
+func (e unavailable) Unwrap() error        { return e.err }
+func (e unavailable) Is(target error) bool { return target == ErrUnavailable }

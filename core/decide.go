@@ -29,7 +29,8 @@ var keyBufs = sync.Pool{New: func() any { return new([2 * maxLayers]string) }}
 //  2. answerLocally: a lease or the deny cache answers without Redis;
 //  3. ask: through the breaker, within the timeout, in a batch of
 //     concurrent callers or alone, Redis decides;
-//  4. a Redis fault goes to the local fallback, or back to the caller;
+//  4. a Redis fault goes to the local fallback, or back to the caller
+//     wrapping ErrUnavailable (see redisFault);
 //  5. remember: the deny cache and leases learn what Redis said.
 //
 // out receives one Result per layer of rq.pl.
@@ -46,14 +47,14 @@ func (l *Limiter) decide(ctx context.Context, rq *request, out []Result) error {
 	keys := rq.pl.keys(buf[:0], l.prefix, tag)
 	sent := time.Now()
 	if done, err := l.answerLocally(ctx, rq, tag, keys, sent, out); done {
-		return err
+		return classified(ctx, err)
 	}
 	err := l.ask(ctx, rq, tag, keys, sent, out)
 	if err != nil {
 		if l.fallback != nil && rq.mode <= modeAtMost && rq.mode != modePeek && !rq.pl.ids && redisFault(ctx, err) {
 			return l.fallback.decide(keys, rq, time.Now(), out)
 		}
-		return err
+		return classified(ctx, err)
 	}
 	l.remember(rq, keys, sent, time.Now(), out)
 	return nil
@@ -186,7 +187,7 @@ func (l *Limiter) remember(rq *request, keys []string, sent, received time.Time,
 // the Limiter's timeout.
 func (l *Limiter) ask(ctx context.Context, rq *request, tag string, keys []string, sent time.Time, out []Result) error {
 	if !l.breaker.allow(sent) {
-		return ErrUnavailable
+		return errCircuitOpen
 	}
 	bctx, cancel := l.bound(ctx)
 	var err error

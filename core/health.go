@@ -46,7 +46,8 @@ type Health struct {
 // from a health check. It takes at most a second, or the Limiter's timeout
 // if that is longer, unless ctx ends first.
 //
-// The error says Redis did not answer. A Redis that answers but refuses
+// The error says Redis did not answer: it wraps ErrUnavailable, unless
+// ctx ended first. A Redis that answers but refuses
 // INFO (a proxy, or an in-process Redis for tests) is no error: Health.Err
 // then says why the risk is unknown.
 //
@@ -54,11 +55,11 @@ type Health struct {
 // (OOM): that is a Redis failure like any other, so the caller's fail
 // policy applies and the breaker counts it.
 func (l *Limiter) Ping(ctx context.Context) (Health, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(l.timeout, time.Second))
+	pctx, cancel := context.WithTimeout(ctx, max(l.timeout, time.Second))
 	defer cancel()
 	h := Health{Checked: time.Now()}
 	var mu sync.Mutex
-	err := l.eachNode(ctx, func(ctx context.Context, c redis.Cmdable) error {
+	err := l.eachNode(pctx, func(ctx context.Context, c redis.Cmdable) error {
 		mem, err := c.Info(ctx, "memory").Result()
 		if err != nil {
 			return err
@@ -80,13 +81,17 @@ func (l *Limiter) Ping(ctx context.Context) (Health, error) {
 		h.EvictedKeys += evicted
 		return nil
 	})
+	var refused redis.Error
+	answered := errors.As(err, &refused)
 	if err != nil {
+		if !answered {
+			err = classified(ctx, err)
+		}
 		h.Err = fmt.Errorf("core: ping: %w", err)
 	}
 	h = l.health.update(h)
-	var refused redis.Error
-	if errors.As(err, &refused) {
-		return h, nil // Redis answered
+	if answered {
+		return h, nil
 	}
 	return h, h.Err
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -17,12 +18,33 @@ var (
 	// Limit's capacity, which could never be admitted, and for a request a
 	// Limit cannot take (AllowAtMost of a Concurrency, say).
 	ErrInvalidCost = errors.New("core: invalid cost")
-	// ErrUnavailable is wrapped by the error of a call that did not reach
-	// Redis because the circuit breaker is open (see WithBreaker).
-	ErrUnavailable = errors.New("core: redis unavailable (circuit open)")
-	// ErrClosed is returned by every call of a Limiter after Close.
+	// ErrUnavailable is wrapped by the error of every call that Redis
+	// failed: Redis did not answer within the Limiter's timeout, refused
+	// the connection, answered with an error (a failover's READONLY, OOM
+	// under noeviction) or a reply the Limiter cannot read, or was not
+	// asked because the circuit breaker is open (see WithBreaker). The
+	// error's text is the fault's own, and it still matches what it wraps
+	// (context.DeadlineExceeded for the timeout, say).
+	//
+	// errors.Is(err, ErrUnavailable) is the one test of a Redis fault: what
+	// a fail policy (serve or refuse while Redis is away) and a count of
+	// Redis errors should ask. No other error matches it: not the caller's
+	// mistakes (ErrEmptyKey, ErrInvalidCost, ErrInvalidLimit, ErrClosed),
+	// not ErrWaitExceedsDeadline, and not the error of a call whose ctx
+	// ended first (the caller gave up: it matches ctx.Err()). httplimit
+	// and grpclimit apply their fail policy to ErrUnavailable only, and
+	// refuse the rest.
+	ErrUnavailable = errors.New("core: redis unavailable")
+	// ErrClosed is returned by every call of a Limiter after Close. It is
+	// the caller's mistake, not a Redis fault (it does not match
+	// ErrUnavailable), so a fail policy does not apply: httplimit refuses
+	// the request (503), and grpclimit's call fails with codes.Unavailable,
+	// even when failing open.
 	ErrClosed = errors.New("core: limiter closed")
 )
+
+// errCircuitOpen is the error of a call the open circuit kept from Redis.
+var errCircuitOpen = fmt.Errorf("%w (circuit open)", ErrUnavailable)
 
 // Limiter decides, for a key and a Limit, whether a request may proceed.
 // Every decision is an atomic Lua function or script in Redis, timed by
@@ -133,6 +155,13 @@ func (l *Limiter) reconnected() {
 // Limiters keeps nothing of them. Calls made after Close return ErrClosed;
 // the client itself stays open. A Limiter that is not closed leaves
 // nothing behind either once it is garbage collected.
+//
+// Close a server's Limiter after the server has drained
+// (http.Server.Shutdown or grpc.Server.GracefulStop has returned): a
+// request decided after Close is refused, whatever the fail policy, since
+// serving requests unlimited because the Limiter was closed too early
+// would hide the mistake, and a 503 (codes.Unavailable) is what a server
+// that is going away answers anyway.
 func (l *Limiter) Close() error {
 	if l.closed.Swap(true) {
 		return nil
@@ -251,7 +280,7 @@ func (l *Limiter) Renew(ctx context.Context, key string, limit Limit, taken Resu
 	return l.one(ctx, key, limit, 1, modeRenew, taken)
 }
 
-var errNotConcurrency = errors.New("core: Renew keeps Concurrency permits only")
+var errNotConcurrency = fmt.Errorf("%w: Renew keeps Concurrency permits only", ErrInvalidLimit)
 
 // Reset forgets key's state under every algorithm and layer, so its quota
 // is whole again. Units handed out before the Reset and refunded after it
@@ -277,7 +306,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	})
 	// A denial that was in flight during the DEL may have cached itself.
 	l.forget(tag)
-	return err
+	return classified(ctx, err)
 }
 
 // forget drops the denials and leases this instance holds for tag.

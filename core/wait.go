@@ -51,7 +51,7 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (Result, er
 func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
 	for {
 		lim := limit
-		if dl, ok := ctx.Deadline(); ok && limit.Algorithm == LeakyBucket {
+		if dl, ok := ctx.Deadline(); ok && limit.queues() {
 			left := time.Until(dl)
 			// A queued request leaves once the queue ahead has drained, and
 			// waiting does not make that sooner than the deadline: give up
@@ -75,7 +75,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Re
 		if wait > 0 {
 			if dl, ok := ctx.Deadline(); ok && !r.Allowed {
 				if left := time.Until(dl); left < wait {
-					if limit.Algorithm == LeakyBucket {
+					if limit.queues() {
 						// Admitted later, the request would still leave
 						// only once the queue ahead has drained, which is
 						// what ResetAfter measures for a denial; the

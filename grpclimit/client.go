@@ -29,8 +29,9 @@ import (
 // so a caller that retries after it is never early, assuming no other
 // traffic. One whose context ends while it waits fails then, with
 // codes.DeadlineExceeded or codes.Canceled. When the Limiter fails, the
-// call fails too: codes.Unavailable for Redis down (or the circuit open),
-// codes.DeadlineExceeded for Redis slower than the Limiter's timeout. A
+// call fails too, with codes.Unavailable, as a server's Status does: for
+// Redis down, slower than the Limiter's timeout, or the circuit open
+// (errors matching core.ErrUnavailable), and for a closed Limiter. A
 // quota an upstream enforces is not one to exceed while Redis is away:
 // give l core.WithLocalFallback to keep calling, each process within its
 // share of the limit, while Redis is down.
@@ -68,10 +69,12 @@ func waitStatus(ctx context.Context, r core.Result, err error) *status.Status {
 		return st // not reached: a RetryInfo always marshals
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err())
-	case errors.Is(err, context.DeadlineExceeded):
-		// Redis was slower than the Limiter's timeout: the call could not
-		// be decided in time.
-		return status.New(codes.DeadlineExceeded, "grpclimit: "+err.Error())
+	case errors.Is(err, core.ErrUnavailable):
+		// Redis failed, or was slower than the Limiter's timeout: not the
+		// caller's deadline, so not codes.DeadlineExceeded.
+		return status.New(codes.Unavailable, "grpclimit: rate limiter unavailable: "+err.Error())
 	}
-	return status.New(codes.Unavailable, "grpclimit: rate limiter unavailable: "+err.Error())
+	// The Limiter could not decide for a reason of its user's (closed): as
+	// a server's Status for OutcomeFailedClosed.
+	return status.New(codes.Unavailable, "grpclimit: "+err.Error())
 }

@@ -114,7 +114,10 @@ type Config struct {
 	Headers Headers
 
 	// Fail says what a request gets when Redis fails or is slower than the
-	// Limiter's timeout. Default: FailOpen.
+	// Limiter's timeout (the Limiter's error matches core.ErrUnavailable).
+	// Any other error is refused with 503, whatever Fail says: a cost or
+	// Limit that can never pass, or a Limiter closed before the server
+	// drained. Default: FailOpen.
 	Fail FailPolicy
 
 	// DryRun decides, counts and sends headers but never refuses nor
@@ -281,7 +284,7 @@ var defaultKey = func() KeyFunc {
 // capWait applies MaxWait to a LeakyBucket limit: it only ever lowers
 // the Limit's own MaxDelay.
 func (p *Policy) capWait(l core.Limit) core.Limit {
-	if l.Algorithm != core.LeakyBucket {
+	if !shapeOf(l.Algorithm).queues {
 		return l
 	}
 	limit := p.maxWait

@@ -25,8 +25,9 @@ const (
 	// OutcomeFailedOpen: the Limiter failed; the request proceeds without
 	// rate-limit headers.
 	OutcomeFailedOpen
-	// OutcomeFailedClosed: the Limiter failed, or the cost can never pass;
-	// 503.
+	// OutcomeFailedClosed: the Limiter failed under FailClosed, or could
+	// not decide for a reason that is not Redis' (a cost or Limit that can
+	// never pass, a closed Limiter), whatever the FailPolicy; 503.
 	OutcomeFailedClosed
 	// OutcomeCanceled: the request's context ended during the decision or
 	// while it waited for its LeakyBucket delay; nobody is there to answer.
@@ -112,13 +113,14 @@ type layerResult struct {
 	limit core.Limit
 }
 
-func (r layerResult) inflight() bool { return r.limit.Algorithm == core.Concurrency }
+func (r layerResult) inflight() bool { return shapeOf(r.limit.Algorithm).permits }
 
 // RedisFault reports a Limiter failure that was Redis' (an error, a
-// timeout, an open circuit), not the request's: what a metric of Redis
-// errors counts.
+// timeout, an open circuit: d.Err matches core.ErrUnavailable), not the
+// request's nor the caller's (a cost or Limit that can never pass, a
+// closed Limiter): what a metric of Redis errors counts.
 func (d *Decision) RedisFault() bool {
-	return (d.Outcome == OutcomeFailedOpen || d.Outcome == OutcomeFailedClosed) && !isCallerError(d.Err)
+	return (d.Outcome == OutcomeFailedOpen || d.Outcome == OutcomeFailedClosed) && errors.Is(d.Err, core.ErrUnavailable)
 }
 
 // NearLimit reports whether an admitted request left at most a fifth of
@@ -430,10 +432,4 @@ func (r *renewal) stop() {
 	r.stopped = true
 	r.timer.Stop()
 	r.mu.Unlock()
-}
-
-// isCallerError reports a failure that is the request's own: a cost or
-// Limit that can never be admitted.
-func isCallerError(err error) bool {
-	return errors.Is(err, core.ErrInvalidCost) || errors.Is(err, core.ErrInvalidLimit)
 }

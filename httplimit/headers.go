@@ -150,6 +150,42 @@ func appendField(h HeaderWriter, name string, members []byte) {
 	h.Set(name, string(members))
 }
 
+// shape is what the fields need to know of an algorithm: how its quota
+// comes back to a client. shapes has one row per core.Algorithm, so a new
+// algorithm is one row here too: TestEveryAlgorithmHasAShape fails until
+// it has one, and checks the row against what core does.
+type shape struct {
+	// refills: a bucket, whose units come back continuously at the rate,
+	// up to Limit.Capacity (else Rate come back per window).
+	refills bool
+	// queues: an admitted request waits its Delay in a queue that a
+	// MaxDelay bounds (LeakyBucket).
+	queues bool
+	// permits: requests in flight at once, not a rate (Concurrency).
+	permits bool
+	// periods is the window RateLimit-Policy promises over, in Periods: 2
+	// for the sliding window counter, whose estimate weighs the previous
+	// window.
+	periods int
+}
+
+var shapes = [...]shape{
+	core.TokenBucket:          {refills: true, periods: 1},
+	core.SlidingWindow:        {periods: 1},
+	core.SlidingWindowCounter: {periods: 2},
+	core.FixedWindow:          {periods: 1},
+	core.LeakyBucket:          {refills: true, queues: true, periods: 1},
+	core.Concurrency:          {permits: true, periods: 1},
+}
+
+// shapeOf is a's row of shapes; the zero shape when it has none.
+func shapeOf(a core.Algorithm) shape {
+	if int(a) < len(shapes) {
+		return shapes[a]
+	}
+	return shape{}
+}
+
 // advertise is the quota q per window of w whole seconds that l admits
 // from any client keeping to it: for a sliding window or a fixed one,
 // Rate per Period rounded up to whole seconds (rate per two periods for
@@ -157,22 +193,20 @@ func appendField(h HeaderWriter, name string, members []byte) {
 // no more than the burst (and, under a MaxDelay, no more than waits it);
 // for a Concurrency, Rate, with w 0.
 func advertise(l core.Limit, now time.Time) (q, w int64) {
-	seconds := l.Period.Seconds()
+	s := shapeOf(l.Algorithm)
 	switch {
-	case l.Algorithm == core.Concurrency:
+	case s.permits:
 		return int64(l.Rate), 0
 	case l.Calendar != core.NoCalendar:
 		return int64(l.Rate), calendarSeconds(l, now)
-	case l.Algorithm == core.SlidingWindowCounter:
-		seconds *= 2
 	}
-	w = max(1, int64(math.Ceil(seconds)))
+	w = max(1, int64(math.Ceil(l.Period.Seconds()*float64(max(1, s.periods)))))
 	q = int64(l.Rate)
-	if l.Algorithm == core.TokenBucket || l.Algorithm == core.LeakyBucket {
-		q = min(int64(l.Capacity()), int64(float64(l.Rate)*float64(w)/seconds))
-		if l.MaxDelay > 0 {
-			q = min(q, int64(float64(l.MaxDelay)*float64(l.Rate)/float64(l.Period))+1)
-		}
+	if s.refills {
+		q = min(int64(l.Capacity()), int64(float64(l.Rate)*float64(w)/l.Period.Seconds()))
+	}
+	if s.queues && l.MaxDelay > 0 {
+		q = min(q, int64(float64(l.MaxDelay)*float64(l.Rate)/float64(l.Period))+1)
 	}
 	return max(1, q), w
 }
@@ -205,7 +239,7 @@ func calendarSeconds(l core.Limit, now time.Time) int64 {
 // for each admitted before it.
 func remaining(r layerResult, q int64) int64 {
 	left := min(int64(r.Remaining), q)
-	if l := r.limit; l.Algorithm == core.LeakyBucket && l.MaxDelay > 0 {
+	if l := r.limit; shapeOf(l.Algorithm).queues && l.MaxDelay > 0 {
 		room := l.MaxDelay - leakySlack(l) - r.ResetAfter
 		if room < 0 {
 			return 0
@@ -235,9 +269,9 @@ func untilWhole(r layerResult, q int64) int64 {
 		return max(1, ceilSeconds(r.RetryAfter))
 	}
 	left := r.ResetAfter
-	if l := r.limit; l.Algorithm == core.TokenBucket || l.Algorithm == core.LeakyBucket {
+	if l, s := r.limit, shapeOf(r.limit.Algorithm); s.refills {
 		ahead := time.Duration(float64(int64(l.Capacity())-q) * unitTime(l)) // the queue that leaves room for q
-		if l.Algorithm == core.LeakyBucket && l.MaxDelay > 0 {
+		if s.queues && l.MaxDelay > 0 {
 			ahead = min(ahead, l.MaxDelay-leakySlack(l)-time.Duration(float64(q-1)*unitTime(l)))
 		}
 		left -= ahead

@@ -32,10 +32,10 @@ func pacingLimits(rng *rand.Rand, a core.Algorithm, n int) []core.Limit {
 	var out []core.Limit
 	for range n {
 		l := core.Limit{Algorithm: a, Rate: 1 + rng.IntN(20), Period: periods[rng.IntN(len(periods))]}
-		if (a == core.TokenBucket || a == core.LeakyBucket) && rng.IntN(2) == 0 {
+		if shapeOf(a).refills && rng.IntN(2) == 0 {
 			l.Burst = 1 + rng.IntN(3*l.Rate)
 		}
-		if a == core.LeakyBucket && rng.IntN(2) == 0 {
+		if shapeOf(a).queues && rng.IntN(2) == 0 {
 			l.MaxDelay = time.Duration(rng.Int64N(int64(2 * l.Period)))
 		}
 		out = append(out, l)
@@ -61,7 +61,7 @@ type pacer struct {
 func newPacer(t *testing.T, limit core.Limit) *pacer {
 	rd := redlimittest.Start(t)
 	p := mustNew(t, Config{Limiter: rd.NewLimiter(), Limit: limit, Headers: Headers{IETF{}},
-		DryRun: limit.Algorithm == core.LeakyBucket})
+		DryRun: shapeOf(limit.Algorithm).queues})
 	return &pacer{t: t, rd: rd, p: p, limit: limit, r: -1}
 }
 
@@ -145,7 +145,17 @@ func pacingCases(t *testing.T) int {
 	return 4
 }
 
-var pacingAlgorithms = []core.Algorithm{core.TokenBucket, core.SlidingWindow, core.SlidingWindowCounter, core.FixedWindow, core.LeakyBucket}
+// pacingAlgorithms are the rate algorithms: every one core has, so that a
+// new one is checked here too, but the permits (inflight_test.go).
+var pacingAlgorithms = func() []core.Algorithm {
+	var out []core.Algorithm
+	for _, a := range core.Algorithms() {
+		if !shapeOf(a).permits {
+			out = append(out, a)
+		}
+	}
+	return out
+}()
 
 // TestIETFClientObeyingRemainingIsNeverRefused: a client that sends while
 // the last response's r is above 0 (one request, or a burst of r at once,

@@ -105,12 +105,13 @@ func (p *Policy) decideRequest(r Request, n int) Decision {
 			// request to serve.
 			d.Err, d.Outcome = err, OutcomeCanceled
 		case err != nil:
-			d.Err, d.Outcome = err, OutcomeFailedOpen
-			// A cost or Limit that can never be admitted is a caller error,
-			// not an outage: serving it would let a huge or negative cost
-			// through.
-			if p.fail == FailClosed || isCallerError(err) {
-				d.Outcome = OutcomeFailedClosed
+			// The fail policy is for Redis faults only. The rest is the
+			// caller's (a cost or Limit that can never be admitted, a
+			// closed Limiter): serving it would let a huge or negative cost
+			// through, or every request once the Limiter is closed.
+			d.Err, d.Outcome = err, OutcomeFailedClosed
+			if p.fail == FailOpen && errors.Is(err, core.ErrUnavailable) {
+				d.Outcome = OutcomeFailedOpen
 			}
 		case !d.Result.Allowed && d.inflightDenied():
 			d.Outcome = OutcomeInFlight

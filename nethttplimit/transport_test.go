@@ -404,14 +404,15 @@ func TestTransportPauseSeenByTheFleet(t *testing.T) {
 // TestTransportPauseByAlgorithm: after a 429 with Retry-After: 30, another
 // instance is refused until at least 30s have passed, and sends at the
 // time its refusal said: within one unit's time for the buckets, within
-// two Periods for the windows.
+// two Periods for the windows, for every algorithm NewTransport takes.
 func TestTransportPauseByAlgorithm(t *testing.T) {
 	const pause = 30 * time.Second
-	tests := []struct {
+	type pauseCase struct {
 		name  string
 		limit core.Limit
 		most  time.Duration // the longest pause allowed beyond 30s
-	}{
+	}
+	tests := []pauseCase{
 		{"token bucket, 100/s", core.PerSecond(100), 10 * time.Millisecond},
 		{"token bucket, 100/h: a unit is 36s", core.PerHour(100), 36 * time.Second},
 		{"token bucket, 100/s, burst 1000", core.Limit{Rate: 100, Period: time.Second, Burst: 1000}, 10 * time.Millisecond},
@@ -420,6 +421,15 @@ func TestTransportPauseByAlgorithm(t *testing.T) {
 		{"fixed window, 10/min", core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: time.Minute}, 2 * time.Minute},
 		{"sliding window counter, 100/s", core.Limit{Algorithm: core.SlidingWindowCounter, Rate: 100, Period: time.Second}, 2 * time.Second},
 		{"sliding window, 100/s", core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Second}, 2 * time.Second},
+	}
+	// Every algorithm NewTransport takes has a case, so that one core adds
+	// is paused here too (debt switches on the algorithm).
+	l := redlimittest.Start(t).NewLimiter()
+	for _, a := range core.Algorithms() {
+		_, err := NewTransport(TransportConfig{Limiter: l, Limit: core.Limit{Algorithm: a, Rate: 1, Period: time.Second}})
+		if err == nil && !slices.ContainsFunc(tests, func(tt pauseCase) bool { return tt.limit.Algorithm == a }) {
+			t.Errorf("%v: NewTransport takes it, and no case here pauses it", a)
+		}
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -4,7 +4,7 @@ package metricstest
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -78,8 +78,9 @@ func (r request) Header(name string) []string { return nil }
 func (r request) Method() string              { return "GET" }
 func (r request) Route() string               { return "/" }
 
-// ErrRedis is a Redis failure for events that report one.
-var ErrRedis = errors.New("core: redis: connection refused")
+// ErrRedis is a Redis failure for events that report one: as core's,
+// it matches core.ErrUnavailable.
+var ErrRedis = fmt.Errorf("%w: connection refused", core.ErrUnavailable)
 
 // Match reports every series of want that got does not have at that value,
 // and every nonzero series got has that want does not name (histogram sums

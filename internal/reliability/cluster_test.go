@@ -2,7 +2,6 @@ package reliability
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -436,7 +435,7 @@ func clusterFailover(t *testing.T, rdb *redis.ClusterClient, key string, slot in
 		}
 		var msg string
 		switch {
-		case errors.Is(f.err, core.ErrUnavailable):
+		case circuitOpen(f.err):
 			msg = "circuit open"
 		case isTimeout(f.err):
 			msg = "timeout"
