@@ -3,8 +3,13 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // Guards: "a charge above that is charged as that debt, never refused"
@@ -172,5 +177,142 @@ func TestReceiptOfAnotherAlgorithmOrLayerRefused(t *testing.T) {
 	}
 	if err := l.RefundLayers(ctx, "k2", layers, []Result{{}, lt[1]}); err != nil {
 		t.Errorf("RefundLayers of layer 1 alone = %v, want nil", err)
+	}
+}
+
+// settleSweepLimits are the Limits TestSettleSweep walks: small ones, the
+// issue's daily bucket, and ones at the edges of each algorithm's exact
+// arithmetic (the largest Rate, the longest Period, a scaled capacity
+// near 2^50, a bucket whose debt the 142-year bound cuts short).
+func settleSweepLimits() []Limit {
+	const maxP = maxPeriod * time.Microsecond
+	var out []Limit
+	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
+		for _, lim := range []Limit{
+			PerSecond(10), PerMinute(1000), {Rate: 99991, Period: 24 * time.Hour},
+			{Rate: maxRate, Period: time.Second}, {Rate: 1, Period: time.Microsecond}, {Rate: 1, Period: maxP},
+			{Rate: 7, Period: 3 * time.Microsecond, Burst: maxRate},       // a scale of 1: one charge of 2^49
+			{Rate: 1, Period: 1 << 40 * time.Microsecond, Burst: 1 << 10}, // refills in 2^50µs
+			{Rate: 1, Period: 1 << 41 * time.Microsecond, Burst: 1 << 10}, // in ticks of 10µs
+			{Rate: 1 << 20, Period: 1 << 30 * time.Microsecond},           // a counter near 2^50
+		} {
+			lim.Algorithm = a
+			if a != TokenBucket && a != LeakyBucket {
+				lim.Burst = 0
+			}
+			if lim.Validate() == nil {
+				out = append(out, lim)
+			}
+		}
+	}
+	return append(out, Limit{Algorithm: FixedWindow, Rate: 10, Calendar: Daily},
+		PerMonth(maxRate, nil), Limit{Algorithm: FixedWindow, Rate: 1, Calendar: Weekly})
+}
+
+// settleSweepUsed are the reports TestSettleSweep makes after taking
+// granted under lim: every edge of the charge's bound (most, the largest
+// charge; the windows' 2^40), of the 2^53 guard and of int, in order.
+func settleSweepUsed(lim Limit, granted int) []int {
+	pl, err := newPlan([]Limit{lim}, layer0)
+	if err != nil {
+		panic(err)
+	}
+	most := int(pl.mostCharged())
+	used := []int{0, 1, granted - 1, granted, granted + 1, lim.Capacity(), 2 * lim.Capacity(), 4*lim.Capacity() + 1,
+		granted + most - 1, granted + most, granted + most + 1, 1 << 40, 1<<40 + 1, 1 << 49, 1<<49 + granted + 1,
+		1 << 53, 1<<53 + 1, 1 << 62, math.MaxInt64 - 1, math.MaxInt64}
+	slices.Sort(used)
+	return slices.Compact(used)
+}
+
+// Guards: "No used is too large: a larger one never leaves the key a
+// shorter wait" and "used < 0 is ErrInvalidCost" (Settle's godoc), for
+// every algorithm and calendar, from 0 to MaxInt64. Each report is
+// settled on a fresh key at one Redis instant, then a Peek reads what it
+// left: RetryAfter and ResetAfter never fall and Remaining never rises as
+// used grows, no wait overflows a Duration, and only a negative used is
+// refused (which leaves the key as it was).
+func TestSettleSweep(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	l.clock = func() time.Time { return redistest.Epoch }
+	ctx := context.Background()
+	for li, lim := range settleSweepLimits() {
+		granted := min(lim.Capacity(), 10)
+		var prev Result
+		var prevUsed int
+		for ui, used := range append([]int{math.MinInt, -1}, settleSweepUsed(lim, granted)...) {
+			key := fmt.Sprintf("sweep-%d-%d", li, ui)
+			taken, err := l.AllowN(ctx, key, lim, granted)
+			if err != nil || !taken.Allowed {
+				t.Fatalf("%s: AllowN(%d) = %+v, %v", lim, granted, taken, err)
+			}
+			_, err = l.Settle(ctx, key, lim, taken, used)
+			if used < 0 {
+				if !errors.Is(err, ErrInvalidCost) {
+					t.Errorf("%s: Settle(used %d) = %v, want ErrInvalidCost", lim, used, err)
+				}
+				if p, err := l.Peek(ctx, key, lim); err != nil || p.Remaining != taken.Remaining {
+					t.Errorf("%s: after a refused Settle(used %d): %+v, %v; want Remaining %d", lim, used, p, err, taken.Remaining)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s: Settle(used %d): %v", lim, used, err)
+				continue
+			}
+			p, err := l.Peek(ctx, key, lim)
+			if err != nil {
+				t.Errorf("%s: Peek after Settle(used %d): %v", lim, used, err)
+				continue
+			}
+			if p.RetryAfter < 0 || p.ResetAfter < 0 || p.ResetAfter > maxDebtWait*time.Microsecond+time.Duration(maxPeriod)*time.Microsecond*2 {
+				t.Errorf("%s: after Settle(used %d): %+v, a wait out of range", lim, used, p)
+			}
+			if used > 0 && prevUsed >= 0 && (p.RetryAfter < prev.RetryAfter || p.ResetAfter < prev.ResetAfter || p.Remaining > prev.Remaining) {
+				t.Errorf("%s: after Settle(used %d): Remaining %d, RetryAfter %v, ResetAfter %v; after used %d: %d, %v, %v",
+					lim, used, p.Remaining, p.RetryAfter, p.ResetAfter, prevUsed, prev.Remaining, prev.RetryAfter, prev.ResetAfter)
+			}
+			prev, prevUsed = p, used
+		}
+	}
+}
+
+// Guards: the same for SettleLayers ("with its bounds on a debt, layer by
+// layer"), where one n reaches layers of different bounds: a bucket whose
+// bound is above 2^40 beside a window, and the issue's daily bucket
+// beside a minute's.
+func TestSettleLayersSweep(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	l.clock = func() time.Time { return redistest.Epoch }
+	ctx := context.Background()
+	sets := [][]Limit{
+		{PerMinute(1000), with(PerHour(1000), FixedWindow)},
+		{{Rate: 99991, Period: 24 * time.Hour}, with(PerMinute(1000), SlidingWindow)},
+		{{Rate: 7, Period: 3 * time.Microsecond, Burst: maxRate}, with(PerSecond(10), SlidingWindowCounter), with(PerSecond(10), LeakyBucket)},
+	}
+	for si, limits := range sets {
+		prev := make([]Result, len(limits))
+		for ui, used := range settleSweepUsed(limits[0], 10) {
+			key := fmt.Sprintf("layers-%d-%d", si, ui)
+			taken, err := l.AllowLayers(ctx, key, limits, 10)
+			if err != nil || !taken[0].Allowed {
+				t.Fatalf("set %d: AllowLayers = %+v, %v", si, taken, err)
+			}
+			if _, err := l.SettleLayers(ctx, key, limits, taken, used); err != nil {
+				t.Errorf("set %d: SettleLayers(used %d): %v", si, used, err)
+				continue
+			}
+			for i, lim := range limits {
+				ps, err := l.layered(ctx, key, limits, nil, 1, modePeek, func(x Limit) bool { return x == lim })
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := ps[i]
+				if ui > 0 && (p.RetryAfter < prev[i].RetryAfter || p.Remaining > prev[i].Remaining) {
+					t.Errorf("set %d layer %d (%s): after SettleLayers(used %d): %+v; after a smaller report: %+v", si, i, lim, used, p, prev[i])
+				}
+				prev[i] = p
+			}
+		}
 	}
 }
