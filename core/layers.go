@@ -46,10 +46,13 @@ func (l *Limiter) SettleLayers(ctx context.Context, key string, limits []Limit, 
 		return append([]Result(nil), taken...), nil
 	}
 	out, err := l.layered(ctx, key, limits, taken, n, mode, rates)
+	if err != nil {
+		return nil, err
+	}
 	for i := range out {
 		out[i].Allowed, out[i].Granted, out[i].RetryAfter = taken[i].Allowed, taken[i].Granted, 0
 	}
-	return out, err
+	return out, nil
 }
 
 // RenewLayers keeps the Concurrency permits that taken holds, as Renew

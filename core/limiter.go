@@ -259,8 +259,11 @@ func (l *Limiter) Settle(ctx context.Context, key string, limit Limit, taken Res
 		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter}, nil
 	}
 	res, err := l.one(ctx, key, limit, n, mode, taken)
+	if err != nil {
+		return Result{}, err
+	}
 	res.Allowed, res.Granted, res.RetryAfter = true, used, 0
-	return res, err
+	return res, nil
 }
 
 // correction is what a settle of used units does to a receipt that took
