@@ -246,7 +246,7 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, taken Res
 // Period in µs or, for a Burst over a long Period, in ticks of 10^k µs),
 // which is at least 4 times its Capacity, and what refills in 2^52µs
 // (about 142 years): about 75 billion units (142 years) for
-// PerMinute(1000), 521250 (5.2 days) for 99991 per 24 hours. A window
+// PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours. A window
 // charges up to 2^40 units (the largest Rate) of one Settle, more under
 // SettleLayers beside a bucket that takes more, and carries a debt no
 // further than 2^52µs after the Unix epoch (the year 2112).

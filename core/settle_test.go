@@ -336,3 +336,45 @@ func TestSettleLayersSweep(t *testing.T) {
 		}
 	}
 }
+
+// Guards the bound Settle's godoc states for a bucket: its deepest debt
+// is at most 2^52 scaled units, at least 4 times its Capacity unless that
+// refills in more than 2^52µs, refills (from the debt to full) within
+// 2^52µs, and is reached by one charge of at most 2^49 units (whose code
+// Lua holds exactly); and the worked figures: about 75 billion units (142
+// years) for PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours.
+func TestDeepestDebt(t *testing.T) {
+	for _, lim := range settleSweepLimits() {
+		p, err := lim.params()
+		if err != nil || !lim.row().burst {
+			continue
+		}
+		full := p.capacity * p.period
+		refill := func(scaled int64) float64 { return float64(scaled) / float64(p.rate) * float64(p.tick) }
+		switch {
+		case p.debt < 0 || p.debt > maxDebt:
+			t.Errorf("%s: debt %d scaled units, want 0 to 2^52", lim, p.debt)
+		case p.debt < 4*full && refill(4*full+full) <= maxDebtWait:
+			t.Errorf("%s: debt %d scaled units, less than 4 x Capacity (%d)", lim, p.debt, 4*full)
+		case refill(full+p.debt) > maxDebtWait+float64(p.tick):
+			t.Errorf("%s: a debt of %d refills in %.0fµs, more than 2^52", lim, p.debt, refill(full+p.debt))
+		case p.mostCharged(lim.row()) > maxCharge || p.mostCharged(lim.row())*p.period < full+p.debt:
+			t.Errorf("%s: the largest charge %d does not reach the debt %d, or is over 2^49", lim, p.mostCharged(lim.row()), p.debt)
+		}
+	}
+	for _, c := range []struct {
+		lim   Limit
+		units int64
+		wait  time.Duration
+	}{
+		{PerMinute(1000), 75059992789, 1250999*time.Hour + 52*time.Minute},
+		{Limit{Rate: 99991, Period: 24 * time.Hour}, 521249, 125*time.Hour + 6*time.Minute},
+	} {
+		p, _ := c.lim.params()
+		units := p.debt / p.period
+		wait := time.Duration(float64(p.debt)/float64(p.rate)*float64(p.tick)) * time.Microsecond
+		if units != c.units || wait.Truncate(time.Minute) != c.wait {
+			t.Errorf("%s: deepest debt %d units, %v; want %d, %v", c.lim, units, wait, c.units, c.wait)
+		}
+	}
+}
