@@ -20,7 +20,9 @@ import (
 // A Result that took units is also the receipt Refund and Settle take: it
 // records the Redis instant the units were taken at (or the permit a
 // Concurrency request holds), so a late refund gives back only what the
-// limit would still hold had they never been taken.
+// limit would still hold had they never been taken, and the state it took
+// them from (key, Algorithm, layer), so a refund on another is refused.
+// Refund or settle it once (see Limiter.Refund).
 type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For
 	// Peek, whether it would.
