@@ -77,7 +77,7 @@ var algorithms = [...]algorithm{
 		args:      windowArgs,
 		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
 	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
-		burst: true, queues: true, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick} }},
+		burst: true, queues: true, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},
 	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,
 		ids: true, args: windowArgs},
 }
@@ -88,7 +88,7 @@ var algorithms = [...]algorithm{
 var calendarWindow = algorithm{name: "fixed_window", script: 7, suffixes: []string{":cw3"}, source: fixedWindowLua,
 	leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }}
 
-func bucketArgs(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.tick} }
+func bucketArgs(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.tick, p.debt} }
 func windowArgs(p params) []int64 { return []int64{p.period, p.rate} }
 
 func (a Algorithm) known() bool { return int(a) < len(algorithms) }

@@ -70,13 +70,16 @@ func (l *Limiter) admissible(rq *request) error {
 		return ErrClosed
 	}
 	pl := rq.pl
-	if rq.mode == modeAtMost {
+	switch {
+	case rq.mode == modeAtMost:
 		if len(pl.layers) > 1 || pl.ids {
 			return fmt.Errorf("%w: AllowAtMost takes from one rate Limit", ErrInvalidCost)
 		}
 		if rq.n > 0 {
 			rq.n = int(min(int64(rq.n), pl.capacity())) // more never fits
 		}
+	case rq.mode == modeCharge && rq.n > 0:
+		rq.n = int(min(int64(rq.n), pl.mostCharged())) // more leaves the state as deep in debt
 	}
 	for _, ly := range pl.layers {
 		most := ly.p.capacity
@@ -85,7 +88,9 @@ func (l *Limiter) admissible(rq *request) error {
 			continue // one permit per request, whatever the cost the rate layers take
 		case ly.row.ids && rq.mode != modeCharge:
 			most = 1 // a Concurrency Limit alone: AllowN(n > 1) would read as n permits
-		case rq.mode == modeCharge || rq.mode == modeRefund:
+		case rq.mode == modeCharge:
+			most = maxCharge // each state caps what it takes (see mostCharged)
+		case rq.mode == modeRefund:
 			// Units taken under another Limit may be more than this one's
 			// capacity: the state caps what it gives back.
 			most = maxRate

@@ -343,7 +343,7 @@ func TestFallbackOutageSwitch(t *testing.T) {
 	mr.SetError("down")
 	began := time.Now()
 	total := map[string]int{}
-	var receipts []Result
+	receipts := map[string][]Result{}
 	for _, l := range fleet {
 		for _, key := range []string{"spent", "half", "fresh"} {
 			got, rs := count(l, key, 15, true)
@@ -351,7 +351,7 @@ func TestFallbackOutageSwitch(t *testing.T) {
 				t.Errorf("instance's fallback admitted %d of 15 for %q, want its share 10", got, key)
 			}
 			total[key] += got
-			receipts = append(receipts, rs...)
+			receipts[key] = append(receipts[key], rs...)
 		}
 	}
 	elapsed := time.Since(began)
@@ -367,7 +367,7 @@ func TestFallbackOutageSwitch(t *testing.T) {
 		40+total["spent"], bound)
 	// Refunds while Redis is down reach nobody, and give the fallback
 	// nothing back.
-	if err := fleet[0].Refund(ctx, "fresh", limit, receipts[len(receipts)-1]); err == nil {
+	if err := fleet[0].Refund(ctx, "fresh", limit, receipts["fresh"][0]); err == nil {
 		t.Errorf("Refund with Redis down = nil, want the Redis error")
 	}
 	if got, _ := count(fleet[3], "fresh", 1, true); got != 0 {
@@ -382,18 +382,19 @@ func TestFallbackOutageSwitch(t *testing.T) {
 	if got, _ := count(fleet[2], "half", 30, false); got != 20 {
 		t.Errorf("after the outage Redis admitted %d for the half-spent key, want the 20 it had left", got)
 	}
-	// Fallback receipts given back to Redis give it nothing.
-	for i, r := range receipts {
+	// Fallback receipts given back to Redis give it nothing (each on its
+	// own key: another key refuses them).
+	for i := range receipts["fresh"] {
 		l := fleet[i%4]
-		if err := l.Refund(ctx, "fresh", limit, r); err != nil {
+		if err := l.Refund(ctx, "fresh", limit, receipts["fresh"][i]); err != nil {
 			t.Fatalf("Refund of fallback receipt %d: %v", i, err)
 		}
-		if _, err := l.Settle(ctx, "spent", limit, r, 0); err != nil {
+		if _, err := l.Settle(ctx, "spent", limit, receipts["spent"][i], 0); err != nil {
 			t.Fatalf("Settle of fallback receipt %d: %v", i, err)
 		}
 	}
 	if p, err := fleet[0].Peek(ctx, "spent", limit); err != nil || p.Remaining != 0 {
-		t.Errorf("Peek of the spent key after refunding %d fallback receipts: %+v, %v; want 0 remaining", len(receipts), p, err)
+		t.Errorf("Peek of the spent key after settling %d fallback receipts: %+v, %v; want 0 remaining", len(receipts["spent"]), p, err)
 	}
 	if got, _ := count(fleet[1], "fresh", 45, false); got != 40 {
 		t.Errorf("after refunding fallback receipts a fresh key got %d from Redis, want exactly its 40", got)

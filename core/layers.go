@@ -26,28 +26,33 @@ func (l *Limiter) AllowLayers(ctx context.Context, key string, limits []Limit, n
 // RefundLayers gives back what taken (the Results of an AllowLayers that
 // admitted a request) took, as Refund does for one Limit, from every layer
 // whose Result has Granted > 0: zero a layer's Result to leave that layer
-// alone.
+// alone. Refund's receipt rules hold: taken[i] must come from layer i of
+// key, and taken is refunded or settled once.
 func (l *Limiter) RefundLayers(ctx context.Context, key string, limits []Limit, taken []Result) error {
 	_, err := l.layered(ctx, key, limits, taken, granted(limits, taken), modeRefund, func(Limit) bool { return true })
 	return err
 }
 
 // SettleLayers corrects what taken took to used, as Settle does for one
-// Limit, in every layer whose Result has Granted > 0, but Concurrency's.
+// Limit (with its bounds on a debt, layer by layer, and its receipt
+// rules), in every layer whose Result has Granted > 0, but Concurrency's.
 func (l *Limiter) SettleLayers(ctx context.Context, key string, limits []Limit, taken []Result, used int) ([]Result, error) {
-	n, mode := granted(limits, taken)-used, modeRefund
-	if n < 0 {
-		n, mode = -n, modeCharge
+	n, mode, err := correction(max(granted(limits, taken), 0), used)
+	if err != nil {
+		return nil, err
 	}
 	rates := func(lim Limit) bool { return lim.Algorithm != Concurrency }
 	if n == 0 {
 		return append([]Result(nil), taken...), nil
 	}
 	out, err := l.layered(ctx, key, limits, taken, n, mode, rates)
+	if err != nil {
+		return nil, err
+	}
 	for i := range out {
 		out[i].Allowed, out[i].Granted, out[i].RetryAfter = taken[i].Allowed, taken[i].Granted, 0
 	}
-	return out, err
+	return out, nil
 }
 
 // RenewLayers keeps the Concurrency permits that taken holds, as Renew
@@ -92,6 +97,9 @@ func (l *Limiter) layered(ctx context.Context, key string, limits []Limit, taken
 		if taken == nil {
 			continue
 		}
+		if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && taken[i].foreign(key, lim.row(), i) {
+			return nil, fmt.Errorf("layer %d: %w", i, errForeignReceipt)
+		}
 		if lim.Algorithm == Concurrency {
 			rq.id = taken[i].stamp
 		} else {
@@ -113,6 +121,9 @@ func (l *Limiter) layered(ctx context.Context, key string, limits []Limit, taken
 	}
 	for i, ly := range pl.layers {
 		out[ly.index] = sub[i]
+		if sub[i].Granted > 0 && mode == modeConsume {
+			out[ly.index].owner = receipt(key, ly.row, ly.index)
+		}
 	}
 	return out, nil
 }

@@ -81,6 +81,14 @@ const (
 	// window's rate times its ticks), so that every sum a script forms
 	// stays below 2^53, which a Lua (IEEE double) number holds exactly.
 	maxScaled = 1 << 50
+	// maxCharge bounds the n of one charge, so that its code (n*8 + mode)
+	// is an integer a Lua number holds exactly.
+	maxCharge = 1 << 49
+	// maxDebt and maxDebtWait bound a bucket's debt: in scaled units, so
+	// that every sum stays below 2^53 (a debt plus a full bucket), and in
+	// time (µs, about 142 years), so that every wait is a time.Duration.
+	maxDebt     = 1 << 52
+	maxDebtWait = 1 << 52
 )
 
 // Validate reports whether l can be enforced, with an error that names the
@@ -113,6 +121,7 @@ type params struct {
 	capacity int64 // Capacity()
 	maxDelay int64 // µs, LeakyBucket only; 0 = none
 	tick     int64 // µs per tick (buckets, SlidingWindowCounter)
+	debt     int64 // scaled units a bucket may hold below empty (see deepest)
 }
 
 func (l Limit) params() (params, error) {
@@ -138,6 +147,7 @@ func (l Limit) params() (params, error) {
 			g := gcd(ticks, int64(l.Rate))
 			if p.capacity <= maxScaled/(ticks/g) {
 				p.period, p.rate = ticks/g, int64(l.Rate)/g
+				p.debt = p.deepest()
 				return p, nil
 			}
 		}
@@ -191,6 +201,33 @@ func (l Limit) check() error {
 		return bad("Period must be >= 1ms for Concurrency (a permit's life), got %v", l.Period)
 	}
 	return nil
+}
+
+// deepest is the debt a bucket of p may hold below empty, in scaled
+// units: at most maxDebt, so that every sum stays exact; at most what one
+// charge of maxCharge units takes from a full bucket, so that one charge
+// reaches it; and at most what refills to full within maxDebtWait, so that
+// no wait overflows.
+func (p params) deepest() int64 {
+	full := p.capacity * p.period // <= maxScaled
+	d := int64(maxDebt)
+	if p.period <= (maxDebt+full)/maxCharge {
+		d = min(d, maxCharge*p.period-full)
+	}
+	if ticks := maxDebtWait / p.tick; p.rate <= (maxDebt+full)/ticks {
+		d = min(d, ticks*p.rate-full)
+	}
+	return max(d, 0)
+}
+
+// mostCharged is the largest n a charge of layer p takes: beyond it, the
+// state is as deep in debt as it can be (a bucket), or 2^40 units, more
+// than any window's Rate, for the windows.
+func (p params) mostCharged(row *algorithm) int64 {
+	if !row.burst {
+		return maxRate
+	}
+	return max(1, ceilDiv(p.capacity*p.period+p.debt, p.period))
 }
 
 func gcd(a, b int64) int64 {

@@ -15,8 +15,10 @@ import (
 
 var (
 	// ErrInvalidCost is returned for a cost n <= 0, for one above the
-	// Limit's capacity, which could never be admitted, and for a request a
-	// Limit cannot take (AllowAtMost of a Concurrency, say).
+	// Limit's capacity, which could never be admitted, for a request a
+	// Limit cannot take (AllowAtMost of a Concurrency, say), for a Settle
+	// of used < 0, and for a Refund or Settle of a Result taken on another
+	// key, Algorithm or layer.
 	ErrInvalidCost = errors.New("core: invalid cost")
 	// ErrUnavailable is wrapped by the error of every call that Redis
 	// failed: Redis did not answer within the Limiter's timeout, refused
@@ -230,14 +232,21 @@ func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, er
 	return l.one(ctx, key, limit, 1, modePeek, Result{})
 }
 
-// Refund gives back what taken (the Result of a call that admitted a
-// request of key under limit) took but did not use: the request failed, or
+// Refund gives back what taken (the Result of a call that admitted a request
+// of key under limit) took but did not use: the request failed, or
 // should not count. A refund never makes room the limit would not have
 // had if the units had never been taken: the windows count units out only
 // from the window they were taken in (a refund after that window ended
 // gives nothing back), and the buckets give back only what they have not
 // refilled since (nothing once they would be full anyway). For
-// Concurrency, Refund gives the permit back. Refund taken once.
+// Concurrency, Refund gives the permit back.
+//
+// A receipt is refunded or settled once, on its own key and Algorithm (and
+// layer, for AllowLayers'); one of another key, Algorithm or layer is
+// refused with ErrInvalidCost. The Limiter cannot tell a second refund or
+// settle of one receipt from a first, and would give its units back again:
+// that the caller must not do. A Limit whose Rate, Period or Burst changed
+// since the take still takes its receipts (the state is the same).
 func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, taken Result) error {
 	if taken.Granted <= 0 {
 		return nil
@@ -254,19 +263,47 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, taken Res
 // buckets run below empty; the windows carry what exceeds Rate into the
 // following windows, Rate in each, and refuse every request until the
 // last of them begins). It returns what the key has left after the
-// correction. used may be 0 (Refund) and at most 2^40. Concurrency permits
-// have no cost: Settle leaves them alone.
+// correction. used may be 0 (Refund); used < 0 is ErrInvalidCost. A zero
+// taken charges all of used. Concurrency permits have no cost: Settle
+// leaves them alone. The receipt rules of Refund hold: settle taken once.
+//
+// No used is too large: a larger one never leaves the key a shorter wait.
+// Each state has a deepest debt, and a charge beyond it leaves the state
+// there. A bucket's is the deepest its exact arithmetic holds: the least
+// of 2^52 of its scaled units (a unit is Period/gcd(Period, Rate) of them,
+// Period in µs or, for a Burst over a long Period, in ticks of 10^k µs),
+// which is at least 4 times its Capacity, and what refills in 2^52µs
+// (about 142 years): about 75 billion units (142 years) for
+// PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours. A window
+// charges up to 2^40 units (the largest Rate) of one Settle, more under
+// SettleLayers beside a bucket that takes more, and carries a debt no
+// further than 2^52µs after the Unix epoch (the year 2112).
 func (l *Limiter) Settle(ctx context.Context, key string, limit Limit, taken Result, used int) (Result, error) {
-	n, mode := taken.Granted-used, modeRefund
-	if n < 0 {
-		n, mode = -n, modeCharge
+	n, mode, err := correction(max(taken.Granted, 0), used)
+	if err != nil {
+		return Result{}, err
 	}
 	if n == 0 || limit.Algorithm == Concurrency || taken.Granted <= 0 && mode == modeRefund {
 		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter}, nil
 	}
 	res, err := l.one(ctx, key, limit, n, mode, taken)
+	if err != nil {
+		return Result{}, err
+	}
 	res.Allowed, res.Granted, res.RetryAfter = true, used, 0
-	return res, err
+	return res, nil
+}
+
+// correction is what a settle of used units does to a receipt that took
+// granted (>= 0): n units of modeRefund or modeCharge.
+func correction(granted, used int) (n, mode int, err error) {
+	if used < 0 {
+		return 0, 0, fmt.Errorf("%w: used = %d, want >= 0", ErrInvalidCost, used)
+	}
+	if used > granted {
+		return used - granted, modeCharge, nil
+	}
+	return granted - used, modeRefund, nil
 }
 
 // Renew keeps the Concurrency permit that taken holds for another Period:
@@ -329,8 +366,15 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 	if err != nil {
 		return Result{}, err
 	}
+	row := pl.layers[0].row
+	if (mode == modeRefund || mode == modeCharge) && taken.foreign(key, row, 0) {
+		return Result{}, errForeignReceipt
+	}
 	var out [1]Result
 	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
+	if out[0].Granted > 0 && (mode == modeConsume || mode == modeAtMost) {
+		out[0].owner = receipt(key, row, 0)
+	}
 	return out[0], err
 }
 

@@ -1002,7 +1002,7 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 		w := m.decide(h.clock, r.n, r.mode, r.stamp)
 		wr := w.result(r.mode == modePeek)
 		res := calls[i].res[0]
-		res.stamp = 0
+		res.stamp, res.owner = 0, 0
 		if r.mode == modePeek {
 			res.Granted = 0
 		}

@@ -143,6 +143,16 @@ func (pl *plan) argv(now time.Time) (run, one []any) {
 // capacity is layer 0's: what a cost is checked against first.
 func (pl *plan) capacity() int64 { return pl.layers[0].p.capacity }
 
+// mostCharged is the largest charge any layer takes (see
+// params.mostCharged): a larger one leaves every layer as deep in debt.
+func (pl *plan) mostCharged() int64 {
+	var most int64
+	for _, ly := range pl.layers {
+		most = max(most, ly.p.mostCharged(ly.row))
+	}
+	return most
+}
+
 // keys appends the state keys of tag under every layer.
 func (pl *plan) keys(dst []string, prefix, tag string) []string {
 	for _, ly := range pl.layers {

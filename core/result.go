@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"time"
 )
 
@@ -19,7 +20,9 @@ import (
 // A Result that took units is also the receipt Refund and Settle take: it
 // records the Redis instant the units were taken at (or the permit a
 // Concurrency request holds), so a late refund gives back only what the
-// limit would still hold had they never been taken.
+// limit would still hold had they never been taken, and the state it took
+// them from (key, Algorithm, layer), so a refund on another is refused.
+// Refund or settle it once (see Limiter.Refund).
 type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For
 	// Peek, whether it would.
@@ -57,6 +60,32 @@ type Result struct {
 	// stamp is the Redis TIME (µs) of the decision, which a refund names;
 	// for Concurrency, the permit's id.
 	stamp int64
+	// owner names the state the units were taken from (see receipt), so
+	// that a refund or a settle on another is refused.
+	owner uint64
+}
+
+// receiptSeed keys the receipts' hashes: a receipt is checked only by the
+// process that made it.
+var receiptSeed = maphash.MakeSeed()
+
+// receipt names the state of key under row, as layer (0: Allow's): what a
+// Result that took units from it carries. Never 0, which is a Result that
+// names no state (one made by hand, which gives nothing back: its stamp
+// names no decision).
+func receipt(key string, row *algorithm, layer int) uint64 {
+	h := maphash.String(receiptSeed, key) ^ uint64(row.script)<<8 ^ uint64(layer)
+	return max(h, 1)
+}
+
+// errForeignReceipt refuses a refund or a settle of units taken from
+// another state: it would give back units never taken.
+var errForeignReceipt = fmt.Errorf("%w: the Result was taken on another key, algorithm or layer", ErrInvalidCost)
+
+// foreign reports whether r took its units from another state than key's
+// under row, as layer.
+func (r Result) foreign(key string, row *algorithm, layer int) bool {
+	return r.owner != 0 && r.owner != receipt(key, row, layer)
 }
 
 // errBadReply is returned when Redis answers with something the scripts

@@ -358,6 +358,36 @@ func TestSettle(t *testing.T) {
 	})
 }
 
+// TestSettleHugeReport guards that a report of any size is charged, on
+// the path gRPC shares with HTTP (httplimit's Finish): a report above the
+// largest charge core took was refused and dropped, so 2^40 or 2^62 on
+// 1000/min with an estimate of 10 left the key 20 of 20 calls.
+func TestSettleHugeReport(t *testing.T) {
+	onBoth(t, func(t *testing.T, b *backend) {
+		p := b.policy(t, httplimit.Config{Limit: core.PerMinute(1000), Cost: func(httplimit.Request) int { return 10 }, Settle: true})
+		hs := &probe{check: func(ctx context.Context, service string) error {
+			if units, err := strconv.Atoi(service); err == nil {
+				grpclimit.ReportCost(ctx, p, units)
+			}
+			return nil
+		}}
+		s := serve(t, hs, grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(p)))
+		c := s.client(peerA)
+		if a := check(t, c, strconv.Itoa(1<<62)); a.code != codes.OK {
+			t.Fatalf("got %v, want OK", a)
+		}
+		admitted := 0
+		for range 20 {
+			if check(t, c, "").code == codes.OK {
+				admitted++
+			}
+		}
+		if admitted != 0 {
+			t.Errorf("after a report of 2^62: %d of 20 calls admitted, want 0", admitted)
+		}
+	})
+}
+
 // TestCountIf: the handler's code, as an HTTP status, says whether its
 // call counts; a panic counts as 500.
 func TestCountIf(t *testing.T) {

@@ -104,8 +104,11 @@ type Config struct {
 	// ReportCost (each adapter has one): when the handler returns, the
 	// Policy settles the difference with Limiter.Settle, giving back what
 	// the request did not use, or charging the excess as a debt that later
-	// requests of the key wait out at the Limit's rate. The request still
-	// takes its Cost first, to be admitted at all. Default: false.
+	// requests of the key wait out at the Limit's rate. A report of any
+	// size is charged: one beyond the deepest debt a Limit holds leaves
+	// the key at that debt (see core.Limiter.Settle), never free. The
+	// request still takes its Cost first, to be admitted at all. Default:
+	// false.
 	Settle bool
 
 	// Headers are the rate-limit response fields, a list of styles.

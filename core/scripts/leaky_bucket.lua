@@ -9,18 +9,21 @@
 -- Limit    params (see limit in the prelude): period in ticks / g, rate / g (the drain per tick in
 --          scaled units), capacity units, max_delay µs (the longest delay to
 --          hand out; 0: only capacity bounds it), tick µs (1 unless the
---          Limit is too large for µs to be exact); g = gcd(period ticks, rate)
+--          Limit is too large for µs to be exact), debt (how far the
+--          queue may hold more than capacity, in scaled units: the client's
+--          bound, which keeps sums exact and waits within about 142 years);
+--          g = gcd(period ticks, rate)
 --
 -- The wait is computed for the n this request needs, not from the nearest
 -- record. remaining counts what max_delay lets in, not only queue room. delay, retry_after and reset_after are measured from Redis'
 -- clock: after a clock step back they include the step, and max_delay is
 -- held to that.
-local lb = {nkeys = 1, nparams = 5}
+local lb = {nkeys = 1, nparams = 6}
 
 function lb.params(args, a)
   local period, rate = tonumber(args[a]), tonumber(args[a + 1])
   return {period = period, rate = rate, full = tonumber(args[a + 2]) * period,
-    max_delay = tonumber(args[a + 3]), tick = tonumber(args[a + 4])}
+    max_delay = tonumber(args[a + 3]), tick = tonumber(args[a + 4]), debt = tonumber(args[a + 5])}
 end
 
 function lb.load(keys, k, vals, p)
@@ -51,7 +54,9 @@ function lb.decide(st, p, n, mode, stamp)
     local give = n * p.period - ceil(max(0, st.now - stamp) / p.tick) * p.rate
     if give > 0 then queued = max(0, queued - give) end
   elseif mode == CHARGE then
-    queued = min(queued + n * p.period, MAX_DEBT)
+    -- (Compared first, as the token bucket does.)
+    local most = p.full + p.debt
+    if n * p.period >= most - queued then queued = max(queued, most) else queued = queued + n * p.period end
   end
   -- The queue ahead drains at this instant; then this request leaves.
   local delay = 0

@@ -31,10 +31,6 @@ local REFUND = 3  -- give back n units taken at the stamp's instant
 local CHARGE = 4  -- take n more units even beyond what is left: a debt
 local RENEW = 5   -- keep the permit named by the stamp (Concurrency)
 
--- The deepest debt a bucket may hold, in scaled units: the client refuses
--- a charge that could reach it, so this only keeps a sum exact.
-local MAX_DEBT = 2 ^ 51
-
 -- clock is Redis TIME in µs, read once per call (see now), so that every
 -- decision of one call is taken at the same Redis instant. Waits are
 -- measured from it. Each state keeps its own time too, and never moves

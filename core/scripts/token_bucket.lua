@@ -7,14 +7,16 @@
 --          at which tokens was true; scale the period they were scaled by
 -- Limit    params (see limit in the prelude): period in ticks / g, rate / g (the refill per tick in
 --          scaled units), capacity tokens, tick µs (1 unless the Limit is
---          too large for µs to be exact); g = gcd(period ticks, rate)
+--          too large for µs to be exact), debt (the deepest debt, in scaled
+--          units: the client's bound, which keeps sums exact and waits
+--          within about 142 years); g = gcd(period ticks, rate)
 --
 -- Time is Redis TIME with its microseconds, so 1 per hour and 100000 per
 -- second are both exact. A Limit change carries the tokens over, rounded
 -- down, and never above the new capacity. retry_after and reset_after are
 -- measured from Redis' clock: after a clock step back they include the
 -- step, so a client that waits retry_after is not denied again.
-local tb = {nkeys = 1, nparams = 4}
+local tb = {nkeys = 1, nparams = 5}
 
 function tb.params(args, a)
   local period, rate = tonumber(args[a]), tonumber(args[a + 1])
@@ -22,7 +24,7 @@ function tb.params(args, a)
   -- under this Limit spells its scale; comparing the strings saves a
   -- tonumber on every call.)
   return {period = period, rate = rate, full = tonumber(args[a + 2]) * period, tick = tonumber(args[a + 3]),
-    scale = args[a]}
+    debt = tonumber(args[a + 4]), scale = args[a]}
 end
 
 -- tb_at is the bucket that state value v (nil: no state) holds at clock:
@@ -80,7 +82,9 @@ function tb.decide(st, p, n, mode, stamp)
     local give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate
     if give > 0 then tokens = min(full, tokens + give) end
   elseif mode == CHARGE then
-    tokens = max(tokens - cost, -MAX_DEBT)
+    -- (Compared first: under several layers, n may be more than this
+    -- bucket's deepest debt, and cost then more than 2^53.)
+    if cost >= tokens + p.debt then tokens = min(tokens, -p.debt) else tokens = tokens - cost end
   elseif mode == ATMOST then
     granted = min(n, max(0, floor(tokens / period)))
   end -- (RENEW: nothing to keep)

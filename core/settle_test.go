@@ -1,0 +1,380 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// Guards: "a charge above that is charged as that debt, never refused"
+// (Settle's godoc). Before, a report above the largest charge the bucket's
+// arithmetic took was refused with ErrInvalidCost, and HTTP's Finish
+// dropped it: 2^40 on 1000/min was free while 2^20 refused the key.
+func TestSettleLargeChargeNeverFree(t *testing.T) {
+	mr, _, l := miniLimiter(t)
+	ctx := context.Background()
+	lim := PerMinute(1000)
+	waits := map[int]time.Duration{}
+	for _, used := range []int{1 << 20, 1 << 40, 1<<40 + 1, 1 << 62} {
+		key := "large-" + time.Duration(used).String()
+		taken, err := l.AllowN(ctx, key, lim, 10)
+		if err != nil || !taken.Allowed {
+			t.Fatalf("AllowN: %+v, %v", taken, err)
+		}
+		if _, err := l.Settle(ctx, key, lim, taken, used); err != nil {
+			t.Fatalf("Settle(used %d): %v", used, err)
+		}
+		r, err := l.Allow(ctx, key, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Allowed {
+			t.Errorf("used %d: the next request was admitted", used)
+		}
+		waits[used] = r.RetryAfter
+	}
+	if waits[1<<40] < waits[1<<20] || waits[1<<62] < waits[1<<40] {
+		t.Errorf("waits after a settle fall as the report grows: %v", waits)
+	}
+	_ = mr
+}
+
+// Guards: the same, on a Limit whose largest charge was 1.3 x its
+// capacity (99991 per 24h, the issue's case).
+func TestSettleLargeChargeDailyBucket(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	ctx := context.Background()
+	lim := Limit{Rate: 99991, Period: 24 * time.Hour}
+	var last time.Duration
+	for _, used := range []int{120000, 140000, 1 << 30, 1 << 62} {
+		key := "daily-" + time.Duration(used).String()
+		taken, err := l.AllowN(ctx, key, lim, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := l.Settle(ctx, key, lim, taken, used)
+		if err != nil {
+			t.Fatalf("Settle(used %d): %v", used, err)
+		}
+		if res.Remaining != 0 {
+			t.Errorf("Settle(used %d): Remaining %d, want 0", used, res.Remaining)
+		}
+		r, err := l.Peek(ctx, key, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.RetryAfter < last {
+			t.Errorf("used %d: wait %v, less than a smaller report's %v", used, r.RetryAfter, last)
+		}
+		last = r.RetryAfter
+	}
+}
+
+// Guards: "used < 0 is ErrInvalidCost" (Settle's godoc): a negative report
+// gave back units never taken.
+func TestSettleNegativeUsed(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	ctx := context.Background()
+	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
+		lim := with(PerMinute(100), a)
+		key := "neg-" + a.String()
+		taken, err := l.AllowN(ctx, key, lim, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Settle(ctx, key, lim, taken, -50); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: Settle(used -50) = %v, want ErrInvalidCost", a, err)
+		}
+		if _, err := l.SettleLayers(ctx, key, []Limit{lim}, []Result{taken}, -50); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: SettleLayers(used -50) = %v, want ErrInvalidCost", a, err)
+		}
+		r, err := l.Peek(ctx, key, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Remaining != 90 {
+			t.Errorf("%s: Remaining %d after the refused settles, want 90", a, r.Remaining)
+		}
+	}
+}
+
+// Guards: "one of another key, Algorithm or layer is refused with
+// ErrInvalidCost" (Refund's godoc): a receipt of key a refunded on key b
+// gave b units it never took (150 admitted in a 100/min window).
+func TestReceiptOfAnotherStateRefused(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	ctx := context.Background()
+	for _, a := range Algorithms() {
+		lim := with(PerMinute(100), a)
+		if a == Concurrency {
+			lim = InFlight(1)
+		}
+		a, b := "own-"+a.String(), "other-"+a.String()
+		taken, err := l.Allow(ctx, a, lim)
+		if err != nil || !taken.Allowed {
+			t.Fatalf("%s: Allow: %+v, %v", lim, taken, err)
+		}
+		for range lim.Capacity() {
+			if _, err := l.Allow(ctx, b, lim); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Refund(ctx, b, lim, taken); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: Refund on another key = %v, want ErrInvalidCost", lim, err)
+		}
+		if _, err := l.Settle(ctx, b, lim, taken, 0); lim.Algorithm != Concurrency && !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: Settle on another key = %v, want ErrInvalidCost", lim, err)
+		}
+		if err := l.RefundLayers(ctx, b, []Limit{lim}, []Result{taken}); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: RefundLayers on another key = %v, want ErrInvalidCost", lim, err)
+		}
+		if r, err := l.Peek(ctx, b, lim); err != nil || lim.Algorithm != Concurrency && r.Remaining != 0 {
+			t.Errorf("%s: key b after the refused refunds: %+v, %v; want 0 remaining", lim, r, err)
+		}
+		// Its own key takes it.
+		if err := l.Refund(ctx, a, lim, taken); err != nil {
+			t.Errorf("%s: Refund on its own key: %v", lim, err)
+		}
+	}
+}
+
+// Guards: the same across algorithms and layers of one key, and "A Limit
+// whose Rate, Period or Burst changed since the take still takes its
+// receipts" (Refund's godoc).
+func TestReceiptOfAnotherAlgorithmOrLayerRefused(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	ctx := context.Background()
+	tb, fw := PerMinute(100), with(PerMinute(100), FixedWindow)
+	taken, err := l.Allow(ctx, "k", tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Refund(ctx, "k", fw, taken); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("Refund under another Algorithm = %v, want ErrInvalidCost", err)
+	}
+	if err := l.Refund(ctx, "k", PerMinute(200), taken); err != nil {
+		t.Errorf("Refund under a changed Rate = %v, want nil", err)
+	}
+	layers := []Limit{PerSecond(10), PerMinute(100)}
+	lt, err := l.AllowLayers(ctx, "k2", layers, 1)
+	if err != nil || !lt[1].Allowed {
+		t.Fatalf("AllowLayers: %+v, %v", lt, err)
+	}
+	if err := l.Refund(ctx, "k2", layers[1], lt[1]); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("Refund of layer 1 as a plain Allow's = %v, want ErrInvalidCost", err)
+	}
+	if _, err := l.SettleLayers(ctx, "k2", layers, []Result{lt[1], lt[0]}, 5); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("SettleLayers with the layers' receipts swapped = %v, want ErrInvalidCost", err)
+	}
+	if err := l.Refund(ctx, "k2", layers[0], lt[0]); err != nil {
+		t.Errorf("Refund of layer 0 as a plain Allow's (the same state) = %v, want nil", err)
+	}
+	if err := l.RefundLayers(ctx, "k2", layers, []Result{{}, lt[1]}); err != nil {
+		t.Errorf("RefundLayers of layer 1 alone = %v, want nil", err)
+	}
+}
+
+// settleSweepLimits are the Limits TestSettleSweep walks: small ones, the
+// issue's daily bucket, and ones at the edges of each algorithm's exact
+// arithmetic (the largest Rate, the longest Period, a scaled capacity
+// near 2^50, a bucket whose debt the 142-year bound cuts short).
+func settleSweepLimits() []Limit {
+	const maxP = maxPeriod * time.Microsecond
+	var out []Limit
+	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
+		for _, lim := range []Limit{
+			PerSecond(10), PerMinute(1000), {Rate: 99991, Period: 24 * time.Hour},
+			{Rate: maxRate, Period: time.Second}, {Rate: 1, Period: time.Microsecond}, {Rate: 1, Period: maxP},
+			{Rate: 7, Period: 3 * time.Microsecond, Burst: maxRate},       // a scale of 1: one charge of 2^49
+			{Rate: 1, Period: 1 << 40 * time.Microsecond, Burst: 1 << 10}, // refills in 2^50µs
+			{Rate: 1, Period: 1 << 41 * time.Microsecond, Burst: 1 << 10}, // in ticks of 10µs
+			{Rate: 1 << 20, Period: 1 << 30 * time.Microsecond},           // a counter near 2^50
+		} {
+			lim.Algorithm = a
+			if a != TokenBucket && a != LeakyBucket {
+				lim.Burst = 0
+			}
+			if lim.Validate() == nil {
+				out = append(out, lim)
+			}
+		}
+	}
+	return append(out, Limit{Algorithm: FixedWindow, Rate: 10, Calendar: Daily},
+		PerMonth(maxRate, nil), Limit{Algorithm: FixedWindow, Rate: 1, Calendar: Weekly})
+}
+
+// settleSweepUsed are the reports TestSettleSweep makes after taking
+// granted under lim: every edge of the charge's bound (most, the largest
+// charge; the windows' 2^40), of the 2^53 guard and of int, in order.
+func settleSweepUsed(lim Limit, granted int) []int {
+	pl, err := newPlan([]Limit{lim}, layer0)
+	if err != nil {
+		panic(err)
+	}
+	most := int(pl.mostCharged())
+	used := []int{0, 1, granted - 1, granted, granted + 1, lim.Capacity(), 2 * lim.Capacity(), 4*lim.Capacity() + 1,
+		granted + most - 1, granted + most, granted + most + 1, 1 << 40, 1<<40 + 1, 1 << 49, 1<<49 + granted + 1,
+		1 << 53, 1<<53 + 1, 1 << 62, math.MaxInt64 - 1, math.MaxInt64}
+	slices.Sort(used)
+	return slices.Compact(used)
+}
+
+// Guards: "No used is too large: a larger one never leaves the key a
+// shorter wait" and "used < 0 is ErrInvalidCost" (Settle's godoc), for
+// every algorithm and calendar, from 0 to MaxInt64. Each report is
+// settled on a fresh key at one Redis instant, then a Peek reads what it
+// left: RetryAfter and ResetAfter never fall and Remaining never rises as
+// used grows, no wait overflows a Duration, and only a negative used is
+// refused (which leaves the key as it was).
+func TestSettleSweep(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	l.clock = func() time.Time { return redistest.Epoch }
+	sweepSettle(t, l, true)
+}
+
+// TestRealSettleSweep runs the sweep on a real Redis, whose Lua is not
+// miniredis': its clock runs, so a wait may fall by the time the step
+// took, and Remaining (which a window's end restores) is not compared.
+func TestRealSettleSweep(t *testing.T) {
+	rdb := redistest.Real(t)
+	prefix := realPrefix(t)
+	cleanupPrefix(t, rdb, prefix)
+	sweepSettle(t, opsNew(t, rdb, WithPrefix(prefix), opsPatient), false)
+}
+
+func sweepSettle(t *testing.T, l *Limiter, exact bool) {
+	ctx := context.Background()
+	for li, lim := range settleSweepLimits() {
+		granted := min(lim.Capacity(), 10)
+		var prev Result
+		var prevUsed int
+		var prevPeek time.Time // when prev's Peek was sent
+		for ui, used := range append([]int{math.MinInt, -1}, settleSweepUsed(lim, granted)...) {
+			key := fmt.Sprintf("sweep-%d-%d", li, ui)
+			taken, err := l.AllowN(ctx, key, lim, granted)
+			if err != nil || !taken.Allowed {
+				t.Fatalf("%s: AllowN(%d) = %+v, %v", lim, granted, taken, err)
+			}
+			_, err = l.Settle(ctx, key, lim, taken, used)
+			if used < 0 {
+				if !errors.Is(err, ErrInvalidCost) {
+					t.Errorf("%s: Settle(used %d) = %v, want ErrInvalidCost", lim, used, err)
+				}
+				if p, err := l.Peek(ctx, key, lim); err != nil || exact && p.Remaining != taken.Remaining {
+					t.Errorf("%s: after a refused Settle(used %d): %+v, %v; want Remaining %d", lim, used, p, err, taken.Remaining)
+				}
+				continue
+			}
+			if err != nil {
+				t.Errorf("%s: Settle(used %d): %v", lim, used, err)
+				continue
+			}
+			peek := time.Now()
+			p, err := l.Peek(ctx, key, lim)
+			if err != nil {
+				t.Errorf("%s: Peek after Settle(used %d): %v", lim, used, err)
+				continue
+			}
+			if p.RetryAfter < 0 || p.ResetAfter < 0 || p.ResetAfter > maxDebtWait*time.Microsecond+time.Duration(maxPeriod)*time.Microsecond*2 {
+				t.Errorf("%s: after Settle(used %d): %+v, a wait out of range", lim, used, p)
+			}
+			slack := time.Duration(0)
+			if !exact {
+				slack = time.Since(prevPeek) + time.Millisecond
+			}
+			if used > 0 && (p.RetryAfter+slack < prev.RetryAfter || p.ResetAfter+slack < prev.ResetAfter || exact && p.Remaining > prev.Remaining) {
+				t.Errorf("%s: after Settle(used %d): Remaining %d, RetryAfter %v, ResetAfter %v; after used %d: %d, %v, %v",
+					lim, used, p.Remaining, p.RetryAfter, p.ResetAfter, prevUsed, prev.Remaining, prev.RetryAfter, prev.ResetAfter)
+			}
+			prev, prevUsed, prevPeek = p, used, peek
+		}
+	}
+}
+
+// Guards: the same for SettleLayers ("with its bounds on a debt, layer by
+// layer"), where one n reaches layers of different bounds: a bucket whose
+// bound is above 2^40 beside a window, and the issue's daily bucket
+// beside a minute's.
+func TestSettleLayersSweep(t *testing.T) {
+	_, _, l := miniLimiter(t)
+	l.clock = func() time.Time { return redistest.Epoch }
+	ctx := context.Background()
+	sets := [][]Limit{
+		{PerMinute(1000), with(PerHour(1000), FixedWindow)},
+		{{Rate: 99991, Period: 24 * time.Hour}, with(PerMinute(1000), SlidingWindow)},
+		{{Rate: 7, Period: 3 * time.Microsecond, Burst: maxRate}, with(PerSecond(10), SlidingWindowCounter), with(PerSecond(10), LeakyBucket)},
+	}
+	for si, limits := range sets {
+		prev := make([]Result, len(limits))
+		for ui, used := range settleSweepUsed(limits[0], 10) {
+			key := fmt.Sprintf("layers-%d-%d", si, ui)
+			taken, err := l.AllowLayers(ctx, key, limits, 10)
+			if err != nil || !taken[0].Allowed {
+				t.Fatalf("set %d: AllowLayers = %+v, %v", si, taken, err)
+			}
+			if _, err := l.SettleLayers(ctx, key, limits, taken, used); err != nil {
+				t.Errorf("set %d: SettleLayers(used %d): %v", si, used, err)
+				continue
+			}
+			for i, lim := range limits {
+				ps, err := l.layered(ctx, key, limits, nil, 1, modePeek, func(x Limit) bool { return x == lim })
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := ps[i]
+				if ui > 0 && (p.RetryAfter < prev[i].RetryAfter || p.Remaining > prev[i].Remaining) {
+					t.Errorf("set %d layer %d (%s): after SettleLayers(used %d): %+v; after a smaller report: %+v", si, i, lim, used, p, prev[i])
+				}
+				prev[i] = p
+			}
+		}
+	}
+}
+
+// Guards the bound Settle's godoc states for a bucket: its deepest debt
+// is at most 2^52 scaled units, at least 4 times its Capacity unless that
+// refills in more than 2^52µs, refills (from the debt to full) within
+// 2^52µs, and is reached by one charge of at most 2^49 units (whose code
+// Lua holds exactly); and the worked figures: about 75 billion units (142
+// years) for PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours.
+func TestDeepestDebt(t *testing.T) {
+	for _, lim := range settleSweepLimits() {
+		p, err := lim.params()
+		if err != nil || !lim.row().burst {
+			continue
+		}
+		full := p.capacity * p.period
+		refill := func(scaled int64) float64 { return float64(scaled) / float64(p.rate) * float64(p.tick) }
+		switch {
+		case p.debt < 0 || p.debt > maxDebt:
+			t.Errorf("%s: debt %d scaled units, want 0 to 2^52", lim, p.debt)
+		case p.debt < 4*full && refill(4*full+full) <= maxDebtWait:
+			t.Errorf("%s: debt %d scaled units, less than 4 x Capacity (%d)", lim, p.debt, 4*full)
+		case refill(full+p.debt) > maxDebtWait+float64(p.tick):
+			t.Errorf("%s: a debt of %d refills in %.0fµs, more than 2^52", lim, p.debt, refill(full+p.debt))
+		case p.mostCharged(lim.row()) > maxCharge || p.mostCharged(lim.row())*p.period < full+p.debt:
+			t.Errorf("%s: the largest charge %d does not reach the debt %d, or is over 2^49", lim, p.mostCharged(lim.row()), p.debt)
+		}
+	}
+	for _, c := range []struct {
+		lim   Limit
+		units int64
+		wait  time.Duration
+	}{
+		{PerMinute(1000), 75059992789, 1250999*time.Hour + 52*time.Minute},
+		{Limit{Rate: 99991, Period: 24 * time.Hour}, 521249, 125*time.Hour + 6*time.Minute},
+	} {
+		p, _ := c.lim.params()
+		units := p.debt / p.period
+		wait := time.Duration(float64(p.debt)/float64(p.rate)*float64(p.tick)) * time.Microsecond
+		if units != c.units || wait.Truncate(time.Minute) != c.wait {
+			t.Errorf("%s: deepest debt %d units, %v; want %d, %v", c.lim, units, wait, c.units, c.wait)
+		}
+	}
+}
