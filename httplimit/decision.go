@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -301,9 +300,15 @@ func (d *Decision) WantsFinish() bool {
 	return p != nil && (p.countIf != nil || p.inflight.Rate > 0 || p.settle) && (d.took || d.tookGlobal) && d.Proceed()
 }
 
-// Attach returns ctx carrying the decision, for ReportCost, when the
-// Policy settles costs (Config.Settle); else ctx itself.
+// Attach returns the context to serve the handler with: ctx carrying the
+// decision, for ReportCost, when the Policy settles costs (Config.Settle);
+// under Config.InFlight, ctx cancelled with the cause ErrPermitLost if
+// the request's permit is lost while it runs, and once Finish is called;
+// else ctx itself.
 func (d *Decision) Attach(ctx context.Context) context.Context {
+	if d.renewal != nil {
+		ctx = d.renewal.attach(ctx)
+	}
 	if d.policy == nil || !d.policy.settle || !d.took {
 		return ctx
 	}
@@ -389,47 +394,6 @@ func (d *Decision) givePermitBack(ctx context.Context) {
 	permit := make([]core.Result, len(limits))
 	permit[len(permit)-1] = d.layers[len(d.layers)-1].Result
 	_ = d.policy.limiter.RefundLayers(ctx, d.key, limits, permit)
-}
-
-// renewal keeps a request's InFlight permit while its handler runs longer
-// than half the permit's lease.
-type renewal struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-}
-
-func newRenewal(d *Decision) *renewal {
-	p := d.policy
-	limits := p.limits(d.Limit)
-	taken := make([]core.Result, len(d.layers))
-	taken[len(taken)-1] = d.layers[len(d.layers)-1].Result
-	key, every := d.key, p.inflight.Period/2
-	r := &renewal{}
-	renew := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		_, _ = p.limiter.RenewLayers(ctx, key, limits, taken)
-		cancel()
-		r.mu.Lock()
-		if !r.stopped {
-			r.timer.Reset(every)
-		}
-		r.mu.Unlock()
-	}
-	r.mu.Lock()
-	r.timer = time.AfterFunc(every, renew)
-	r.mu.Unlock()
-	return r
-}
-
-func (r *renewal) stop() {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	r.stopped = true
-	r.timer.Stop()
-	r.mu.Unlock()
 }
 
 // isCallerError reports a failure that is the request's own: a cost or
