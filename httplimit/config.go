@@ -116,11 +116,6 @@ type Config struct {
 	// the request did not use, or charging the excess as a debt that later
 	// requests of the key wait out at the Limit's rate. The request still
 	// takes its Cost first, to be admitted at all. Default: false.
-	//
-	// The rate-limit headers of a settled request are written when it is
-	// admitted, before its handler reports: their Remaining is what was
-	// left after its Cost, not after the settlement. The next request of
-	// the key reports the settled figure.
 	Settle bool
 
 	// Headers are the rate-limit response fields, a list of styles.

@@ -257,6 +257,10 @@ type HeaderWriter interface {
 // on one route compose: each reads what the ones before it wrote, so the
 // IETF fields list every policy, X-RateLimit-* describe the most
 // restrictive (the lowest Remaining), and Retry-After is the longest wait.
+// Under Config.Settle they are written when the request is admitted,
+// before its handler reports what it used: Remaining is what was left
+// after its Cost, not after the settlement, which the key's next
+// response reports.
 func (d *Decision) WriteHeaders(h HeaderWriter) {
 	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight) {
 		for _, s := range d.policy.headers {
