@@ -56,7 +56,8 @@ func (l *Limiter) SettleLayers(ctx context.Context, key string, limits []Limit, 
 }
 
 // RenewLayers keeps the Concurrency permits that taken holds, as Renew
-// does for one Limit; the other layers are left alone.
+// does for one Limit (taking a lapsed one again when there is room); the
+// other layers are left alone.
 func (l *Limiter) RenewLayers(ctx context.Context, key string, limits []Limit, taken []Result) ([]Result, error) {
 	return l.layered(ctx, key, limits, taken, 1, modeRenew, func(lim Limit) bool { return lim.Algorithm == Concurrency })
 }

@@ -308,8 +308,13 @@ func correction(granted, used int) (n, mode int, err error) {
 
 // Renew keeps the Concurrency permit that taken holds for another Period:
 // a request in flight for longer than Period renews it, say every half
-// Period, or its permit lapses and counts no more. Allowed reports that
-// the permit was still held (and is kept); false means it had lapsed.
+// Period, or its permit lapses and counts no more. A permit that had
+// lapsed (a renewal failed or came late) is taken again, atomically, when
+// the key has room for it, as a new request would take it. Allowed reports
+// that taken's request holds its permit for another Period; false means
+// the permit had lapsed and the key is full: the request holds none, and
+// nothing counts it, so its caller should stop it (httplimit cancels its
+// context).
 func (l *Limiter) Renew(ctx context.Context, key string, limit Limit, taken Result) (Result, error) {
 	if limit.Algorithm != Concurrency {
 		return Result{}, errNotConcurrency
@@ -322,6 +327,9 @@ var errNotConcurrency = fmt.Errorf("%w: Renew keeps Concurrency permits only", E
 // Reset forgets key's state under every algorithm and layer, so its quota
 // is whole again. Units handed out before the Reset and refunded after it
 // may be given back to the fresh state: the quota is then at most whole.
+// Concurrency permits are not quota but requests still in flight: Reset
+// keeps them, so a Reset never lets more than Rate run at once; each goes
+// when its request gives it back or lapses.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return ErrEmptyKey
@@ -333,7 +341,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	keys := make([]string, 0, maxLayers*(len(algorithms)+2))
 	for layer := range maxLayers {
 		for a := range algorithms {
-			keys = stateKeys(keys, l.prefix, tag, &algorithms[a], layer)
+			if !algorithms[a].ids { // permits of requests in flight stay
+				keys = stateKeys(keys, l.prefix, tag, &algorithms[a], layer)
+			}
 		}
 		keys = stateKeys(keys, l.prefix, tag, &calendarWindow, layer)
 	}

@@ -73,8 +73,12 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if !d.WantsFinish() {
 				return next(c)
 			}
-			if ctx := d.Attach(c.Request().Context()); ctx != c.Request().Context() {
-				c.SetRequest(c.Request().WithContext(ctx))
+			req := c.Request()
+			if ctx := d.Attach(req.Context()); ctx != req.Context() {
+				c.SetRequest(req.WithContext(ctx))
+				// Attach's context ends with Finish: what runs after this
+				// middleware gets the request it passed in.
+				defer c.SetRequest(req)
 			}
 			finished := false
 			defer func() {

@@ -73,7 +73,11 @@ func New(config ...Config) fiber.Handler {
 		if !d.WantsFinish() {
 			return c.Next()
 		}
-		c.SetUserContext(d.Attach(c.UserContext()))
+		prev := c.UserContext()
+		c.SetUserContext(d.Attach(prev))
+		// Attach's context ends with Finish: the middlewares before this
+		// one get back the context they passed in.
+		defer c.SetUserContext(prev)
 		finished := false
 		defer func() {
 			if !finished { // a handler panicked: it failed

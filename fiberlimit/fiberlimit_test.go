@@ -1,6 +1,7 @@
 package fiberlimit
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -120,5 +121,38 @@ func BenchmarkMiddleware(b *testing.B) {
 		var ctx fasthttpCtx
 		ctx.init()
 		h(&ctx.RequestCtx)
+	}
+}
+
+// TestOuterMiddlewareKeepsItsContext: under InFlight the handler gets a
+// user context of its own, which ends with the request's Finish; the
+// middlewares before this one get back the one they set, still live.
+func TestOuterMiddlewareKeepsItsContext(t *testing.T) {
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(10), InFlight: 1})
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	var afterErr, inner error
+	var kept bool
+	type key struct{}
+	app.Use(func(c *fiber.Ctx) error {
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "outer"))
+		defer cancel()
+		c.SetUserContext(ctx)
+		err := c.Next()
+		afterErr, kept = c.UserContext().Err(), c.UserContext() == ctx
+		return err
+	})
+	app.Get("/", New(Config{Policy: p}), func(c *fiber.Ctx) error {
+		inner = c.UserContext().Err()
+		return c.SendStatus(http.StatusNoContent)
+	})
+	resp, err := app.Test(httptest.NewRequest("GET", "/", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusNoContent || inner != nil {
+		t.Fatalf("status %d, handler's context %v; want 204 and a live context", resp.StatusCode, inner)
+	}
+	if !kept || afterErr != nil {
+		t.Errorf("after the limiter the outer middleware's context is its own: %v, ended: %v; want its own, live", kept, afterErr)
 	}
 }

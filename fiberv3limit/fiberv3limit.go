@@ -74,7 +74,11 @@ func New(config ...Config) fiber.Handler {
 		if !d.WantsFinish() {
 			return c.Next()
 		}
-		c.SetContext(d.Attach(c.Context()))
+		prev := c.Context()
+		c.SetContext(d.Attach(prev))
+		// Attach's context ends with Finish: the middlewares before this
+		// one get back the context they passed in.
+		defer c.SetContext(prev)
 		finished := false
 		defer func() {
 			if !finished { // a handler panicked: it failed

@@ -51,8 +51,12 @@ func New(p *httplimit.Policy, opts ...Option) gin.HandlerFunc {
 		if !c.answer(ctx, &d) || !d.WantsFinish() {
 			return
 		}
-		if rc := d.Attach(ctx.Request.Context()); rc != ctx.Request.Context() {
-			ctx.Request = ctx.Request.WithContext(rc)
+		req := ctx.Request
+		if rc := d.Attach(req.Context()); rc != req.Context() {
+			ctx.Request = req.WithContext(rc)
+			// Attach's context ends with Finish: the middlewares before
+			// this one get back the request they passed in.
+			defer func() { ctx.Request = req }()
 		}
 		finished := false
 		defer func() {

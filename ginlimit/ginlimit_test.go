@@ -105,3 +105,33 @@ func BenchmarkMiddleware(b *testing.B) {
 		r.ServeHTTP(httptest.NewRecorder(), req)
 	}
 }
+
+// TestOuterMiddlewareKeepsItsContext: under InFlight the handler gets a
+// context of its own, which ends with the request's Finish; the
+// middlewares before this one get back the request they passed in, whose
+// context still runs, and the handler's context did run while it ran.
+func TestOuterMiddlewareKeepsItsContext(t *testing.T) {
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(10), InFlight: 1})
+	r := gin.New()
+	var before, after *http.Request
+	var inner error
+	r.Use(func(c *gin.Context) {
+		before = c.Request
+		c.Next()
+		after = c.Request
+	})
+	r.GET("/", New(p), func(c *gin.Context) {
+		inner = c.Request.Context().Err()
+		c.Status(http.StatusNoContent)
+	})
+	req := httptest.NewRequest("GET", "/", nil)
+	req.RemoteAddr = "192.0.2.1:1234"
+	w := httptest.NewRecorder()
+	r.ServeHTTP(w, req)
+	if w.Code != http.StatusNoContent || inner != nil {
+		t.Fatalf("status %d, handler's context %v; want 204 and a live context", w.Code, inner)
+	}
+	if after != before || after.Context().Err() != nil {
+		t.Errorf("after the limiter the outer middleware has %p (context %v), want its own %p, live", after, after.Context().Err(), before)
+	}
+}

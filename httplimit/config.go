@@ -63,7 +63,17 @@ type Config struct {
 	// InFlightLease is how long a permit outlives a process that died
 	// holding it (a crash, a lost connection): it lapses this long after
 	// it was taken or last renewed; the Policy renews it every half of
-	// this while the handler runs. Default: 10s.
+	// this while the handler runs. A renewal that fails is tried again
+	// within what is left of the lease, and one that finds its permit
+	// lapsed takes it again if the key has room. A permit that cannot be
+	// kept (the key is full; or, failing closed, Redis did not answer
+	// before the lease ran out, less an eighth of it, 250ms at most) is
+	// lost: the handler's context (Decision.Attach) is cancelled with the
+	// cause ErrPermitLost, logged, and the request counts no more. So while
+	// Redis answers, no more than InFlight handlers of a key run at once,
+	// provided they stop when their context ends. Failing open, a request
+	// whose permit Redis could not renew runs on without it until Redis
+	// answers again, and then takes it again or loses it. Default: 10s.
 	InFlightLease time.Duration
 
 	// Name namespaces the keys, so two Policies never share counters, and
@@ -275,6 +285,7 @@ func New(cfg Config) (*Policy, error) {
 	}, p.name))
 	p.globalKey = p.name + "|global"
 	p.noRoute = new(atomic.Bool)
+	p.losses = new(lossLog)
 	return p, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -260,6 +259,10 @@ type HeaderWriter interface {
 // on one route compose: each reads what the ones before it wrote, so the
 // IETF fields list every policy, X-RateLimit-* describe the most
 // restrictive (the lowest Remaining), and Retry-After is the longest wait.
+// Under Config.Settle they are written when the request is admitted,
+// before its handler reports what it used: Remaining is what was left
+// after its Cost, not after the settlement, which the key's next
+// response reports.
 func (d *Decision) WriteHeaders(h HeaderWriter) {
 	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight) {
 		for _, s := range d.policy.headers {
@@ -303,9 +306,15 @@ func (d *Decision) WantsFinish() bool {
 	return p != nil && (p.countIf != nil || p.inflight.Rate > 0 || p.settle) && (d.took || d.tookGlobal) && d.Proceed()
 }
 
-// Attach returns ctx carrying the decision, for ReportCost, when the
-// Policy settles costs (Config.Settle); else ctx itself.
+// Attach returns the context to serve the handler with: ctx carrying the
+// decision, for ReportCost, when the Policy settles costs (Config.Settle);
+// under Config.InFlight, ctx cancelled with the cause ErrPermitLost if
+// the request's permit is lost while it runs, and once Finish is called;
+// else ctx itself.
 func (d *Decision) Attach(ctx context.Context) context.Context {
+	if d.renewal != nil {
+		ctx = d.renewal.attach(ctx)
+	}
 	if d.policy == nil || !d.policy.settle || !d.took {
 		return ctx
 	}
@@ -391,45 +400,4 @@ func (d *Decision) givePermitBack(ctx context.Context) {
 	permit := make([]core.Result, len(limits))
 	permit[len(permit)-1] = d.layers[len(d.layers)-1].Result
 	_ = d.policy.limiter.RefundLayers(ctx, d.key, limits, permit)
-}
-
-// renewal keeps a request's InFlight permit while its handler runs longer
-// than half the permit's lease.
-type renewal struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-}
-
-func newRenewal(d *Decision) *renewal {
-	p := d.policy
-	limits := p.limits(d.Limit)
-	taken := make([]core.Result, len(d.layers))
-	taken[len(taken)-1] = d.layers[len(d.layers)-1].Result
-	key, every := d.key, p.inflight.Period/2
-	r := &renewal{}
-	renew := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		_, _ = p.limiter.RenewLayers(ctx, key, limits, taken)
-		cancel()
-		r.mu.Lock()
-		if !r.stopped {
-			r.timer.Reset(every)
-		}
-		r.mu.Unlock()
-	}
-	r.mu.Lock()
-	r.timer = time.AfterFunc(every, renew)
-	r.mu.Unlock()
-	return r
-}
-
-func (r *renewal) stop() {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	r.stopped = true
-	r.timer.Stop()
-	r.mu.Unlock()
 }

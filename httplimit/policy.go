@@ -34,6 +34,7 @@ type Policy struct {
 	maxWait      time.Duration
 	observer     Observer
 	noRoute      *atomic.Bool // logged once: a KeyByRoute mounted where no route is known
+	losses       *lossLog     // InFlight permits lost while their requests ran
 }
 
 // Observer is told of every decision, with all a Decision carries. It must
@@ -127,7 +128,7 @@ func (p *Policy) decideRequest(r Request, n int) Decision {
 		}
 	}
 	if d.Outcome == OutcomeAllowed && d.policy.inflight.Rate > 0 && d.took {
-		d.renewal = newRenewal(&d)
+		d.renewal = newRenewal(&d, start)
 	}
 	if d.took && p.inflight.Rate > 0 && !d.Proceed() {
 		// No handler runs to give the permit back (the Global refused or
@@ -194,7 +195,8 @@ func (p *Policy) decide(d *Decision) error {
 
 // Reset forgets the state of r's key under this Policy, in every layer,
 // so its quota is whole (after a successful login, say). The Global is
-// shared and left alone. Each adapter has a Reset that takes the
+// shared and left alone, and so are the InFlight permits of the key's
+// requests still running (see core.Limiter.Reset). Each adapter has a Reset that takes the
 // framework's request.
 func (p *Policy) Reset(r Request) error {
 	key, err := p.key(r)

@@ -2,9 +2,10 @@
 -- client of the Redis. A request in flight holds a permit: a member of a
 -- sorted set, scored by the instant it lapses, period after it was taken
 -- or last renewed. Its holder gives it back when done (REFUND) and keeps
--- it beyond period with RENEW; a permit whose holder died (a crashed
--- process, a lost connection) lapses by itself, so a crash never shrinks
--- the limit for longer than period.
+-- it beyond period with RENEW, which takes a lapsed permit again when
+-- there is room and reports when there is none; a permit whose holder
+-- died (a crashed process, a lost connection) lapses by itself, so a crash
+-- never shrinks the limit for longer than period.
 --
 -- State    one sorted set: member a permit's id (chosen by the client,
 --          unique), score the µs at which it lapses. The key's TTL is that
@@ -40,10 +41,16 @@ function cc.decide(st, p, n, mode, stamp, id)
   if mode == REFUND then
     if call('ZREM', st.key, id) == 1 then st.live = st.live - 1 end
   elseif mode == RENEW then
+    -- A permit that lapsed (its renewal came late: Redis or the link was
+    -- down) is taken again if there is room, as a fresh take would be;
+    -- otherwise its holder learns that it holds none (granted 0), and
+    -- nothing counts it.
     local score = call('ZSCORE', st.key, id)
-    if score and tonumber(score) > clock then
-      call('ZADD', st.key, 'XX', fmt('%d', clock + p.period), id)
+    local held = score and tonumber(score) > clock
+    if held or st.live + 1 <= p.rate then
+      call('ZADD', st.key, fmt('%d', clock + p.period), id)
       st.last, st.dirty = max(st.last, clock + p.period), true
+      if not held then st.live = st.live + 1 end
       granted = 1
     end
   elseif mode == CHARGE then
