@@ -103,6 +103,7 @@ type Decision struct {
 	took        bool // the key's layers took cost
 	tookGlobal  bool
 	reported    *atomic.Int64 // the cost a handler reported (Config.Settle), -1: none
+	inHandler   bool          // decided by DecideN, which takes no InFlight permit
 	renewal     *renewal      // keeps the InFlight permit while the handler runs
 }
 
@@ -303,7 +304,21 @@ func (d *Decision) Body() []byte {
 // and serves the handler with Attach's context.
 func (d *Decision) WantsFinish() bool {
 	p := d.policy
-	return p != nil && (p.countIf != nil || p.inflight.Rate > 0 || p.settle) && (d.took || d.tookGlobal) && d.Proceed()
+	return p != nil && (p.countIf != nil || d.holdsPermit() || p.settle) && (d.took || d.tookGlobal) && d.Proceed()
+}
+
+// holdsPermit reports that d's layers end in an InFlight permit: the
+// Policy has one, and d was decided for a whole request, not by DecideN.
+func (d *Decision) holdsPermit() bool { return d.policy.inflight.Rate > 0 && !d.inHandler }
+
+// limits are the Limits d was decided under, the InFlight permit included
+// when d holds one.
+func (d *Decision) limits() []core.Limit {
+	limits := d.policy.limits(d.Limit)
+	if d.policy.inflight.Rate > 0 && d.inHandler {
+		limits = limits[:len(limits)-1]
+	}
+	return limits
 }
 
 // Attach returns the context to serve the handler with: ctx carrying the
@@ -362,7 +377,7 @@ func (d *Decision) Finish(status int) {
 		used = d.reported.Load()
 	}
 	if d.took {
-		limits := p.limits(d.Limit)
+		limits := d.limits()
 		taken := make([]core.Result, len(d.layers))
 		for i, r := range d.layers {
 			taken[i] = r.Result
@@ -378,7 +393,7 @@ func (d *Decision) Finish(status int) {
 			} else if used >= 0 {
 				_, _ = p.limiter.SettleLayers(ctx, d.key, limits, taken, int(used))
 			}
-			if p.inflight.Rate > 0 {
+			if d.holdsPermit() {
 				d.givePermitBack(ctx)
 			}
 		}
@@ -396,7 +411,7 @@ func (d *Decision) Finish(status int) {
 // givePermitBack gives back the InFlight permit the key's layers took
 // (RefundLayers of the permit's layer alone).
 func (d *Decision) givePermitBack(ctx context.Context) {
-	limits := d.policy.limits(d.Limit)
+	limits := d.limits()
 	permit := make([]core.Result, len(limits))
 	permit[len(permit)-1] = d.layers[len(d.layers)-1].Result
 	_ = d.policy.limiter.RefundLayers(ctx, d.key, limits, permit)

@@ -31,3 +31,30 @@ func TestInFlightWithACost(t *testing.T) {
 	}
 	third.Finish(http.StatusOK)
 }
+
+// TestCheckTakesNoPermit guards DecideN's "It takes no InFlight permit":
+// a Check inside a handler has no Finish to give a permit back, so before,
+// each one held a permit renewed for the life of the process, and under
+// InFlight 1 a Check inside the Policy's own middleware was refused.
+func TestCheckTakesNoPermit(t *testing.T) {
+	_, _, l := mini(t)
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1})
+	outer := p.Decide(from("192.0.2.1")) // the middleware's: holds the one permit
+	if outer.Outcome != OutcomeAllowed {
+		t.Fatalf("the request: %v, want allowed", outer.Outcome)
+	}
+	defer outer.Finish(http.StatusOK)
+	for i := range 3 {
+		d := p.DecideN(from("192.0.2.1"), 5)
+		if d.Outcome != OutcomeAllowed || d.renewal != nil || d.WantsFinish() {
+			t.Fatalf("Check %d beside the running request: %v, renewing %t, wants Finish %t; want allowed, no permit",
+				i, d.Outcome, d.renewal != nil, d.WantsFinish())
+		}
+		if got, want := d.Result.Remaining, 100-1-5*(i+1); got != want {
+			t.Errorf("Check %d: Remaining %d, want %d: the rate layers still count it", i, got, want)
+		}
+	}
+	if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+		t.Errorf("a second request beside the running one: %v, want in_flight", d.Outcome)
+	}
+}

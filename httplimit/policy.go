@@ -59,18 +59,20 @@ func (p *Policy) WithKey(key KeyFunc) *Policy {
 // Decide decides r at the cost Config.Cost says (1 by default) and, for an
 // admitted LeakyBucket request, waits out its Delay (or until r's context
 // ends).
-func (p *Policy) Decide(r Request) Decision { return p.decideRequest(r, 0) }
+func (p *Policy) Decide(r Request) Decision { return p.decideRequest(r, 0, false) }
 
 // DecideN is Decide at cost n: from inside a handler, for limits that
-// depend on what the request holds (see each adapter's Check).
-func (p *Policy) DecideN(r Request, n int) Decision { return p.decideRequest(r, n) }
+// depend on what the request holds (see each adapter's Check). It takes
+// no InFlight permit: nothing would give it back when the request ends,
+// and the Policy's middleware holds the request's own.
+func (p *Policy) DecideN(r Request, n int) Decision { return p.decideRequest(r, n, true) }
 
 // decideRequest is every request's one path: the key first, so that a
 // request that cannot be keyed calls no hook of the user's and costs Redis
 // nothing; then the cost (n, or Config.Cost when n is 0) and the Limit
 // (Config.LimitFunc), then the Limiter.
-func (p *Policy) decideRequest(r Request, n int) Decision {
-	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: r.Context()}
+func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
+	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: r.Context(), inHandler: inHandler}
 	start := time.Now()
 	key, err := p.key(r)
 	if err == nil && key == "" {
@@ -127,10 +129,10 @@ func (p *Policy) decideRequest(r Request, n int) Decision {
 			d.Outcome, d.Err = OutcomeCanceled, err
 		}
 	}
-	if d.Outcome == OutcomeAllowed && d.policy.inflight.Rate > 0 && d.took {
+	if d.Outcome == OutcomeAllowed && d.holdsPermit() && d.took {
 		d.renewal = newRenewal(&d, start)
 	}
-	if d.took && p.inflight.Rate > 0 && !d.Proceed() {
+	if d.took && d.holdsPermit() && !d.Proceed() {
 		// No handler runs to give the permit back (the Global refused or
 		// failed, or the client left during a LeakyBucket wait): without
 		// this the key would be refused for its permit until the lease
@@ -155,7 +157,7 @@ func (p *Policy) limits(limit core.Limit) []core.Limit {
 }
 
 func (p *Policy) decide(d *Decision) error {
-	limits := p.limits(d.Limit)
+	limits := d.limits()
 	var err error
 	d.layers = make([]layerResult, len(limits))
 	if len(limits) == 1 {

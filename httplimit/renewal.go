@@ -48,7 +48,7 @@ func newRenewal(d *Decision, start time.Time) *renewal {
 	p := d.policy
 	taken := make([]core.Result, len(d.layers))
 	taken[len(taken)-1] = d.layers[len(d.layers)-1].Result
-	r := &renewal{p: p, key: d.key, limits: p.limits(d.Limit), taken: taken, lease: p.inflight.Period}
+	r := &renewal{p: p, key: d.key, limits: d.limits(), taken: taken, lease: p.inflight.Period}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Redis counted the permit's lease from an instant after start.
