@@ -102,9 +102,11 @@ func TestFallbackShare(t *testing.T) {
 	}
 }
 
-// TestFallbackCostAboveShare: a cost above the instance's share can never
-// pass in fallback, so it is refused at once with ErrInvalidCost, not
-// denied with a RetryAfter that Wait would loop on.
+// TestFallbackCostAboveShare backs WithLocalFallback's "A cost above what
+// an instance's share admits at once (its share of the Capacity, rounded
+// down; for a window, (w+1)/2 rounded down) can never pass and is refused
+// with ErrInvalidCost": refused at once, not denied with a RetryAfter that
+// Wait would loop on.
 func TestFallbackCostAboveShare(t *testing.T) {
 	ctx := context.Background()
 	l := downLimiter(t, 4, 10)

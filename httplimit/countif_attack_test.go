@@ -213,3 +213,28 @@ func TestLimitFuncTierOfAnotherAlgorithmIsAnotherState(t *testing.T) {
 		t.Errorf("a tier of 4 per hour under another algorithm: %d admitted, want its whole 4", got)
 	}
 }
+
+// TestFallbackShareBelowOneUnitFailPolicy backs WithLocalFallback's "Such
+// a key gets the Redis error ... and the caller's fail policy applies":
+// 10 per minute on 20 instances (half a unit each) with Redis down is the
+// Policy's FailClosed 503 or FailOpen pass, counted as a Redis fault, and
+// never a fallback admission (20 instances admitted 20 a minute before).
+func TestFallbackShareBelowOneUnitFailPolicy(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	l := newLimiter(t, rdb, core.WithLocalFallback(20, 16), core.WithBreaker(0, 0))
+	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 10, Period: time.Minute}
+	mr.SetError("down")
+	for _, c := range []struct {
+		fail FailPolicy
+		want Outcome
+	}{{FailClosed, OutcomeFailedClosed}, {FailOpen, OutcomeFailedOpen}} {
+		p := mustNew(t, Config{Limiter: l, Limit: limit, Fail: c.fail})
+		for i := range 3 {
+			d, _ := decide(p, from("192.0.2.45"))
+			if d.Outcome != c.want || !d.RedisFault() || d.Result.Fallback {
+				t.Errorf("%v, request %d: outcome %v (Redis fault %v), Result %+v, err %v; want %v, a Redis fault",
+					c.fail, i, d.Outcome, d.RedisFault(), d.Result, d.Err, c.want)
+			}
+		}
+	}
+}
