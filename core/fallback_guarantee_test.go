@@ -393,8 +393,8 @@ func sweepOne(t *testing.T, rng *rand.Rand, limit Limit, n, periods int, togethe
 // for 30 simulated days of greedy clients, alone and with other clients' requests
 // at random instants. A client that obeys RetryAfter is admitted then
 // (greedy fails otherwise), and the fleet admits a unit per 48 minutes on each
-// instance (checkFleet fails otherwise). It failed, as
-// TestFallbackFourInstancesPerMinuteNeverExceedLimit, while the fallback
+// instance (checkFleet fails otherwise). The same check on 1 per minute
+// on 4 instances (a share now refused) failed while the fallback
 // restarted an outage after a quiet second: a client that obeyed
 // RetryAfter was refused for ever.
 func TestFallbackMonthLongOutage(t *testing.T) {
