@@ -59,6 +59,10 @@ type algorithm struct {
 	queues bool
 	// args is the Limit as its algorithm's file lists it.
 	args func(params) []int64
+	// local is what the local fallback holds the algorithm's keys to
+	// (see sketch); localNone (the zero value) leaves the decision to
+	// Redis' error and the caller's fail policy.
+	local localBound
 	// leaseLeft, for algorithms that can lease (see WithLeases), is how
 	// long units granted in r stay in the window they were counted in.
 	leaseLeft func(r Result, p params) time.Duration
@@ -66,27 +70,27 @@ type algorithm struct {
 
 var algorithms = [...]algorithm{
 	TokenBucket: {name: "token_bucket", script: 1, suffixes: []string{":tb3"}, source: tokenBucketLua,
-		burst: true, args: bucketArgs},
+		burst: true, local: localBucket, args: bucketArgs},
 	SlidingWindow: {name: "sliding_window", script: 2, suffixes: []string{":sw3", ":sw3m"}, source: slidingWindowLua,
-		args: windowArgs},
+		local: localWindow, args: windowArgs},
 	SlidingWindowCounter: {name: "sliding_window_counter", script: 3, suffixes: []string{":swc3"}, source: slidingWindowCounterLua,
-		args: func(p params) []int64 { return []int64{p.period, p.rate, p.tick} },
+		local: localWindow, args: func(p params) []int64 { return []int64{p.period, p.rate, p.tick} },
 		// Reset is the end of the next window once the current one counts.
 		leaseLeft: func(r Result, p params) time.Duration { return r.ResetAfter - time.Duration(p.period)*time.Microsecond }},
 	FixedWindow: {name: "fixed_window", script: 4, suffixes: []string{":fw3"}, source: fixedWindowLua,
-		args:      windowArgs,
+		local: localWindow, args: windowArgs,
 		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
 	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
-		burst: true, queues: true, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},
+		burst: true, queues: true, local: localBucket, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},
 	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,
-		ids: true, args: windowArgs},
+		ids: true, local: localNone, args: windowArgs},
 }
 
 // calendarWindow is FixedWindow over calendar windows: a script of
 // fixed_window.lua's, with a state of its own. Its ARGV (the windows'
 // starts) depend on the time, so the plan builds them (see calendar.go).
 var calendarWindow = algorithm{name: "fixed_window", script: 7, suffixes: []string{":cw3"}, source: fixedWindowLua,
-	leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }}
+	local: localWindow, leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }}
 
 func bucketArgs(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.tick, p.debt} }
 func windowArgs(p params) []int64 { return []int64{p.period, p.rate} }

@@ -11,11 +11,11 @@ import (
 
 // sketch is the in-process limiter of WithLocalFallback.
 //
-// Each key is a token bucket holding this instance's share of its Limit,
-// kept in virtual-scheduling form (GCRA): one number per key, the time at
-// which its bucket will be full again (the theoretical arrival time, TAT).
-// The numbers live in a count-min sketch: depth rows of cells, a key
-// hashing to one cell per row. A key's TAT is the least of its cells, and
+// Each key is a bucket holding this instance's share of its Limit, kept in
+// virtual-scheduling form (GCRA): one number per key, the time at which
+// its bucket will be full again (the theoretical arrival time, TAT). The
+// numbers live in a count-min sketch: depth rows of cells, a key hashing
+// to one cell per row. A key's TAT is the least of its cells, and
 // admitting a request raises each of its cells to the key's new TAT, never
 // lowering one. Every cell of a key is therefore at least the key's true
 // TAT, so the estimate errs only late: a key that shares cells with busy
@@ -24,21 +24,40 @@ import (
 // with a bound on its size, nothing is ever forgotten, so rotating keys
 // cannot flush the state of others and start afresh.
 //
-// An outage starts every key at its share of the capacity, whatever it
-// held before, and a share below one unit (more instances than capacity)
-// is not rounded up: it accrues at the share of the rate until a whole
-// unit is there. So across the instances, each key of a bucket algorithm
-// is admitted at most its Capacity plus Rate per Period for the time since
-// the outage began; a key of a window algorithm, whose instances' buckets
-// are half their share at half its rate, at most Rate in any Period.
+// A share's bucket holds tau µs, one unit accrues every interval µs, and
+// a request of k units passes when the key's TAT plus k intervals is at
+// most now plus tau. So if an instance admits k units in all at instants
+// from a to a + t, its TAT went from a or later to a + k·interval or
+// later and ended no later than a + t + tau:
 //
-// The sketch cannot see Redis answer between outages, so it takes a quiet
-// spell without fallback decisions for the end of one: for a Limit, a
-// spell longer than outageGap and than the time its share takes to refill
-// from empty. A shorter spell cannot tell an instance that Redis came back
-// from one whose client waits out a RetryAfter (never longer than that
-// refill), and restarting then would put a fraction of a unit back to the
-// start of its accrual each time: such a client would be refused for ever.
+//	k·interval <= t + tau.                                            (1)
+//
+// Each instance holds (1) alone, from whatever state, so the bound holds
+// for the fleet over any interval, however the instances' requests and
+// clocks are placed, from an outage's start or a later instant alike:
+//
+//   - A bucket (TokenBucket, LeakyBucket) of Capacity C and n instances:
+//     interval >= Period·n/Rate and tau <= interval·C/n, so (1) gives
+//     k <= C/n + Rate·t/(Period·n), and the n instances admit at most
+//     C + Rate·t/Period within any t, as the bucket itself does.
+//   - A window: each instance may admit w = floor(Rate/n) in any window of
+//     Period, a burst of b = floor((w+1)/2) of them at once and r = w+1-b
+//     per Period: interval >= Period/r and tau = b·interval. Within a
+//     window, t <= Period - 1µs <= r·interval - 1µs, so (1) gives
+//     k·interval < (r+b)·interval = (w+1)·interval: k <= w, and the n
+//     instances admit at most n·w <= Rate in any window of Period, aligned
+//     or not. A calendar window is no longer than 31 days: the fallback
+//     holds every window of 31 days to its Rate.
+//
+// An outage starts a key with this instance's whole share, less what an
+// outage shortly before took and has not refilled: the sketch carries on
+// from its cells, and never gives more than the bounds above.
+//
+// A share below one unit (C < n for a bucket, Rate < n for a window)
+// cannot be served: instances that cannot see each other, started alike
+// and asked alike, decide alike, and n units at one instant are more than
+// the Limit allows. The fallback gives up such a decision, and the caller
+// gets Redis' error, for its fail policy.
 //
 // The seed is random per process, so a client cannot choose keys that
 // collide.
@@ -48,27 +67,32 @@ type sketch struct {
 	seed      maphash.Seed
 	start     time.Time // cells hold TATs in µs since start (monotonic)
 
-	mu     sync.Mutex
-	cells  []int64 // sketchDepth rows of width cells
-	starts []spell // the decisions that followed a quiet spell (see begin)
-	last   int64   // the last fallback decision, µs since start
+	mu    sync.Mutex
+	cells []int64 // sketchDepth rows of width cells
 }
 
-// spell is a fallback decision at (µs since start) that came after quiet
-// µs without one: the start of a new outage for the Limits whose share
-// refills from empty sooner than that (see since).
-type spell struct{ at, quiet int64 }
+// localBound is what the local fallback holds an algorithm's keys to
+// across the instances (see sketch); each algorithm's row says which.
+type localBound uint8
+
+const (
+	// localNone: the fallback does not decide the algorithm (Concurrency:
+	// Refund cannot reach it); Redis' error goes back to the caller.
+	localNone localBound = iota
+	// localBucket: Capacity plus Rate per Period over any interval.
+	localBucket
+	// localWindow: Rate in any interval of Period.
+	localWindow
+)
 
 const (
 	sketchDepth = 4
-	// outageGap is the least quiet time after which a fallback decision
-	// starts a new outage: every key starts at its share again, which never
-	// gives more than carrying on would. A Limit whose share takes longer
-	// to refill needs a longer spell (see since).
-	outageGap = time.Second
-	// saturate caps the sketch's times (µs), far beyond any wait, so no
-	// sum overflows.
+	// saturate caps the sketch's times (µs, about 36,000 years), far
+	// beyond any wait, so no sum overflows. An interval cut to it accrues
+	// no sooner than 36,000 years from now.
 	saturate = int64(1) << 60
+	// longestCalendar bounds every calendar window (a month).
+	longestCalendar = 31 * 24 * time.Hour
 )
 
 func newSketch(instances, maxKeys int) *sketch {
@@ -77,47 +101,55 @@ func newSketch(instances, maxKeys int) *sketch {
 	// in all four rows with probability 0.002.
 	width := uint64(4 * maxKeys)
 	return &sketch{instances: instances, width: width, seed: maphash.MakeSeed(),
-		start: time.Now(), cells: make([]int64, sketchDepth*width), last: -saturate}
+		start: time.Now(), cells: make([]int64, sketchDepth*width)}
 }
 
-// share is key's bucket in this instance. Its times are exact integers
+// share is a key's bucket in this instance. Its times are exact integers
 // (µs), rounded to the strict side, so that the instances together never
 // admit a unit early, not even by a µs.
 type share struct {
-	part     float64 // the share of the capacity, in units: Capacity / instances
-	most     int     // the largest cost the bucket holds: part's whole units, at least 1
-	interval int64   // µs for one unit to accrue: Period × instances / Rate, rounded up
-	tau      int64   // µs for the bucket to refill from empty: part × interval (one unit's if less), rounded down
-	initial  int64   // µs of the bucket an outage starts with empty: (1 - part) × interval if part < 1, rounded up
+	most     int   // the largest cost the bucket holds, >= 1
+	interval int64 // µs for one unit to accrue, rounded up
+	tau      int64 // µs the bucket holds: less than most+1 intervals, rounded down
 }
 
-func (s *sketch) shareOf(limit Limit) share {
-	n, c := int64(s.instances), int64(limit.Capacity())
-	if limit.Algorithm != TokenBucket && limit.Algorithm != LeakyBucket {
-		// A bucket of capacity C refilled at R per Period admits up to C
-		// + R within one Period; a window allows only its Rate: so each
-		// instance's bucket is half the share, at half its rate.
-		n *= 2
-	}
+// shareOf is this instance's share of limit, decided as row, and false if
+// the fallback cannot serve it (see sketch).
+func (s *sketch) shareOf(row *algorithm, limit Limit) (share, bool) {
+	n := int64(s.instances)
 	period := limit.Period.Microseconds()
 	if limit.Period%time.Microsecond != 0 {
 		period++ // as the scripts round it
 	}
 	if limit.Calendar != NoCalendar {
-		period = (31 * 24 * time.Hour).Microseconds() // the longest calendar window
+		period = longestCalendar.Microseconds()
 	}
-	sh := share{part: float64(c) / float64(n), interval: mulDiv(period, n, int64(limit.Rate), true)}
-	if c >= n {
+	var sh share
+	switch row.local {
+	case localBucket:
+		c := int64(limit.Capacity())
+		if c < n {
+			return share{}, false
+		}
+		sh.interval = mulDiv(period, n, int64(limit.Rate), true)
 		sh.most, sh.tau = int(c/n), mulDiv(c, sh.interval, n, false)
-	} else {
-		sh.most, sh.tau, sh.initial = 1, sh.interval, mulDiv(n-c, sh.interval, n, true)
+	case localWindow:
+		w := int64(limit.Rate) / n
+		if w < 1 {
+			return share{}, false
+		}
+		b := (w + 1) / 2
+		sh.interval = mulDiv(period, 1, w+1-b, true)
+		sh.most, sh.tau = int(b), mulDiv(b, sh.interval, 1, false)
+	default:
+		return share{}, false
 	}
 	if sh.tau >= saturate {
 		// Beyond the sketch's clock: the bucket holds what fits in it.
 		k := saturate / sh.interval
 		sh.most, sh.tau = int(min(int64(sh.most), k)), k*sh.interval
 	}
-	return sh
+	return sh, true
 }
 
 // mulDiv is a × b / c (all > 0), rounded up or down, at most saturate.
@@ -144,30 +176,13 @@ func (s *sketch) index(key string) (idx [sketchDepth]uint64) {
 	return idx
 }
 
-// tat is key's estimated TAT, no earlier than the outage lets it be. s.mu
-// is held.
-func (s *sketch) tat(idx [sketchDepth]uint64, sh share) int64 {
+// tat is key's estimated TAT. s.mu is held.
+func (s *sketch) tat(idx [sketchDepth]uint64) int64 {
 	t := int64(math.MaxInt64)
 	for _, i := range idx {
 		t = min(t, s.cells[i])
 	}
-	return max(t, s.since(sh.tau)+sh.initial)
-}
-
-// since is when the outage began (µs since start) for a share that
-// refills from empty in tau µs: at the latest decision that followed a
-// quiet spell longer than outageGap and than tau. A denial never asks for
-// a longer wait than tau (for a key that shares no cell with a slower
-// one), so a client that waits it out, and comes back to a quiet
-// instance, is still in the outage that told it to wait. s.mu is held.
-func (s *sketch) since(tau int64) int64 {
-	least := max(outageGap.Microseconds(), tau)
-	for i := len(s.starts) - 1; i > 0; i-- {
-		if s.starts[i].quiet > least {
-			return s.starts[i].at
-		}
-	}
-	return s.starts[0].at // the first decision, after no other
+	return t
 }
 
 // raise records a new TAT for key. s.mu is held.
@@ -179,8 +194,17 @@ func (s *sketch) raise(idx [sketchDepth]uint64, tat int64) {
 
 // errOverShare explains a cost that the fallback can never admit.
 func errOverShare(n int, sh share) error {
-	return fmt.Errorf("%w: n = %d exceeds this instance's fallback share of %.4g units (at most %d at once) while Redis is unavailable",
-		ErrInvalidCost, n, sh.part, sh.most)
+	return fmt.Errorf("%w: n = %d exceeds the %d units this instance's fallback admits at once while Redis is unavailable",
+		ErrInvalidCost, n, sh.most)
+}
+
+// errNoShare gives Redis' error back for a Limit the fallback cannot serve.
+func (s *sketch) errNoShare(redisErr error, ly layer) error {
+	if ly.row.local == localNone {
+		return fmt.Errorf("%w (the local fallback does not decide %v)", redisErr, ly.limit.Algorithm)
+	}
+	return fmt.Errorf("%w (the local fallback cannot share %v among %d instances: each would hold less than one unit)",
+		redisErr, ly.limit, s.instances)
 }
 
 func micros(us int64) time.Duration {
@@ -190,7 +214,7 @@ func micros(us int64) time.Duration {
 // decideAt decides n units of key at now (µs), without recording, and
 // returns the Result and the key's TAT if it is admitted.
 func (s *sketch) decideAt(idx [sketchDepth]uint64, sh share, n int, atMost bool, now int64) (Result, int64) {
-	tat := max(s.tat(idx, sh), now)
+	tat := max(s.tat(idx), now)
 	fits := int((now + sh.tau - tat) / sh.interval) // units that fit now
 	r := Result{Fallback: true}
 	k := n
@@ -215,55 +239,39 @@ func (s *sketch) decideAt(idx [sketchDepth]uint64, sh share, n int, atMost bool,
 	return r, tat
 }
 
-// begin notes a fallback decision at now (µs): after a quiet spell of at
-// least outageGap, it may start a new outage (see since). Of the spells,
-// it keeps, newest last, each that was longer than every later one, one
-// per power of two of µs: at most 64. Dropping an older spell of the same
-// power of two as a shorter, newer one only ever lets a Limit carry on
-// from an earlier start, never restart it sooner. s.mu is held.
-func (s *sketch) begin(now int64) {
-	if quiet := now - s.last; quiet >= outageGap.Microseconds() {
-		n := len(s.starts)
-		for n > 0 && bits.Len64(uint64(s.starts[n-1].quiet)) <= bits.Len64(uint64(quiet)) {
-			n--
-		}
-		s.starts = append(s.starts[:n], spell{now, quiet})
-	}
-	s.last = now
-}
-
-// decide answers rq while Redis cannot, from this instance's shares;
-// keys are the state keys of rq's layers.
-func (s *sketch) decide(keys []string, rq *request, now time.Time, out []Result) error {
+// decide answers rq while Redis cannot (redisErr), from this instance's
+// shares; keys are the state keys of rq's layers. A Limit it cannot
+// serve gives redisErr back, for the caller's fail policy.
+func (s *sketch) decide(keys []string, rq *request, now time.Time, out []Result, redisErr error) error {
 	pl := rq.pl
-	shares := make([]share, len(pl.layers))
-	idx := make([][sketchDepth]uint64, len(pl.layers))
-	for i, ly := range pl.layers {
-		shares[i] = s.shareOf(ly.limit)
-		if rq.n > shares[i].most && rq.mode != modeAtMost {
-			if len(pl.layers) > 1 {
-				return fmt.Errorf("layer %d: %w", i, errOverShare(rq.n, shares[i]))
-			}
-			return errOverShare(rq.n, shares[i])
-		}
-	}
+	var shares [maxLayers]share
+	var idx [maxLayers][sketchDepth]uint64
+	var tats [maxLayers]int64
 	k := 0
 	for i, ly := range pl.layers {
-		idx[i] = s.index(keys[k])
+		sh, ok := s.shareOf(ly.row, ly.limit)
+		if !ok {
+			return s.errNoShare(redisErr, ly)
+		}
+		if rq.n > sh.most && rq.mode != modeAtMost {
+			if len(pl.layers) > 1 {
+				return fmt.Errorf("layer %d: %w", i, errOverShare(rq.n, sh))
+			}
+			return errOverShare(rq.n, sh)
+		}
+		shares[i], idx[i] = sh, s.index(keys[k])
 		k += len(ly.row.suffixes)
 	}
 	t := now.Sub(s.start).Microseconds()
-	tats := make([]int64, len(pl.layers))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.begin(t)
 	all := true
 	for i := range pl.layers {
 		out[i], tats[i] = s.decideAt(idx[i], shares[i], rq.n, rq.mode == modeAtMost, t)
 		all = all && out[i].Allowed
 	}
 	if !all {
-		for i := range out {
+		for i := range pl.layers {
 			if out[i].Allowed {
 				// Nothing is taken: report what is left before it.
 				out[i] = Result{Fallback: true, Allowed: true, Remaining: out[i].Remaining + rq.n,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,9 +102,11 @@ func TestFallbackShare(t *testing.T) {
 	}
 }
 
-// TestFallbackCostAboveShare: a cost above the instance's share can never
-// pass in fallback, so it is refused at once with ErrInvalidCost, not
-// denied with a RetryAfter that Wait would loop on.
+// TestFallbackCostAboveShare backs WithLocalFallback's "A cost above what
+// an instance's share admits at once (its share of the Capacity, rounded
+// down; for a window, (w+1)/2 rounded down) can never pass and is refused
+// with ErrInvalidCost": refused at once, not denied with a RetryAfter that
+// Wait would loop on.
 func TestFallbackCostAboveShare(t *testing.T) {
 	ctx := context.Background()
 	l := downLimiter(t, 4, 10)
@@ -122,6 +125,14 @@ func TestFallbackCostAboveShare(t *testing.T) {
 	}
 	if _, err := l.AllowLayers(ctx, "k", []Limit{PerSecond(1000), limit}, 26); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowLayers(26) above layer 1's share = %v, want ErrInvalidCost", err)
+	}
+	// A window's share of 25 admits (25+1)/2 = 13 at once.
+	window := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Second}
+	if r, err := l.AllowN(ctx, "w", window, 13); err != nil || !r.Allowed {
+		t.Errorf("AllowN(13) of %v = %+v, %v; want admitted", window, r, err)
+	}
+	if _, err := l.AllowN(ctx, "w", window, 14); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("AllowN(14) of %v = %v, want ErrInvalidCost", window, err)
 	}
 }
 
@@ -163,6 +174,81 @@ func (s *sketch) allowOne(key string, limit Limit, n int, atMost bool, now time.
 		mode = modeAtMost
 	}
 	var out [1]Result
-	err = s.decide([]string{key}, &request{key: key, pl: pl, n: n, mode: mode}, now, out[:])
+	err = s.decide([]string{key}, &request{key: key, pl: pl, n: n, mode: mode}, now, out[:], errDown)
 	return out[0], err
+}
+
+// TestFallbackShareBelowOneUnitRefused backs WithLocalFallback's "A share
+// below one unit ... is not decided in process ... Such a key gets the
+// Redis error, which says so, and the caller's fail policy applies" and
+// "Nor is Concurrency": 10 per minute on 20 instances (half a unit
+// each) was decided in process before, and the 20 instances admitted 20
+// in one minute (TestFallbackSmallSharesWithinLimit). Now every entry
+// point returns an error that is Redis' (no ErrInvalidCost, so Wait gives
+// up at once and the HTTP layer applies its fail policy) and says why,
+// and a layer of a served Limit does not make the request pass.
+func TestFallbackShareBelowOneUnitRefused(t *testing.T) {
+	ctx := context.Background()
+	l := downLimiter(t, 20, 16)
+	small := Limit{Algorithm: SlidingWindow, Rate: 10, Period: time.Minute}
+	served := Limit{Algorithm: SlidingWindow, Rate: 40, Period: time.Minute} // 2 per instance
+	wantRefused := func(what string, r Result, err error) {
+		t.Helper()
+		switch {
+		case err == nil || r.Allowed || r.Fallback:
+			t.Errorf("%s: %+v, %v; want refused with Redis' error", what, r, err)
+		case errors.Is(err, ErrInvalidCost) || !redisFault(ctx, err):
+			t.Errorf("%s: %v; want an error that is Redis failing, for the fail policy", what, err)
+		case !strings.Contains(err.Error(), "local fallback cannot share"):
+			t.Errorf("%s: %v; want it to say the fallback cannot share the Limit", what, err)
+		}
+	}
+	r, err := l.Allow(ctx, "k", small)
+	wantRefused("Allow", r, err)
+	r, err = l.AllowAtMost(ctx, "k", small, 3)
+	wantRefused("AllowAtMost", r, err)
+	for _, layers := range [][]Limit{{served, small}, {small, served}} {
+		rs, err := l.AllowLayers(ctx, "k", layers, 1)
+		var r0 Result
+		if len(rs) > 0 {
+			r0 = rs[0]
+		}
+		wantRefused(fmt.Sprintf("AllowLayers(%v)", layers), r0, err)
+	}
+	start := time.Now()
+	r, err = l.Wait(ctx, "k", small)
+	wantRefused("Wait", r, err)
+	if time.Since(start) > time.Second {
+		t.Errorf("Wait took %v to give up, want at once", time.Since(start))
+	}
+	// The bucket's share is its Capacity's: a Burst of 20 is served.
+	if r, err := l.Allow(ctx, "k", Limit{Rate: 1, Period: time.Minute, Burst: 20}); err != nil || !r.Allowed || !r.Fallback {
+		t.Errorf("1/min burst 20 on 20 instances: %+v, %v; want admitted in process (one unit each)", r, err)
+	}
+	if r, err := l.Allow(ctx, "k", served); err != nil || !r.Allowed || !r.Fallback {
+		t.Errorf("%v on 20 instances: %+v, %v; want admitted in process", served, r, err)
+	}
+	_, err = l.Allow(ctx, "k", InFlight(100))
+	if err == nil || errors.Is(err, ErrInvalidCost) {
+		t.Errorf("InFlight(100) with Redis down: %v, want Redis' error: Concurrency is never decided in process", err)
+	}
+}
+
+// TestFallbackEveryAlgorithmNamesItsBound fails when an algorithm's row
+// (algorithm.go) leaves out what the local fallback holds its keys to: a
+// new rate algorithm would otherwise be refused in process without anyone
+// deciding so. Only an algorithm whose requests name permits (Refund
+// gives them back in Redis, where the fallback cannot) is left to the fail
+// policy.
+func TestFallbackEveryAlgorithmNamesItsBound(t *testing.T) {
+	for _, a := range Algorithms() {
+		row := &algorithms[a]
+		if row.ids != (row.local == localNone) {
+			t.Errorf("%v: ids %v, local fallback bound %d: want a bound (localBucket or localWindow) exactly for the algorithms without permits",
+				a, row.ids, row.local)
+		}
+	}
+	if calendarWindow.local != localWindow {
+		t.Errorf("calendar windows: local fallback bound %d, want localWindow", calendarWindow.local)
+	}
 }

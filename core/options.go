@@ -113,15 +113,27 @@ func WithDenyCache(maxKeys int) Option {
 
 // WithLocalFallback decides in process while Redis cannot answer (errors,
 // timeouts, an open circuit), instead of returning the error: each key gets
-// this instance's share of its Limit, a token bucket of 1/instances of its
-// capacity and rate (half that for the window algorithms, whose Rate
-// bounds every Period), so that the instances together stay within the
-// limit from the outage's start: a TokenBucket or LeakyBucket key at most
-// its Capacity plus Rate per Period since then, a window key at most Rate
-// in any Period. What Redis admitted just before the outage is not known
-// to the fallback, so around its start up to one more quota may pass.
-// Results carry Fallback: true. A cost above the share can never pass and is
-// refused with ErrInvalidCost.
+// this instance's share of its Limit, so that the instances together stay
+// within it from the outage's start, however their requests fall. A
+// TokenBucket or LeakyBucket key is admitted at most its Capacity plus
+// Rate per Period over any interval (each instance holds a bucket of
+// 1/instances of the capacity and of the rate); a window key (FixedWindow,
+// SlidingWindow, SlidingWindowCounter) at most Rate in any interval of
+// Period, aligned or not, and a calendar quota Rate in any 31 days (each
+// instance admits w = Rate/instances, rounded down, in any Period: about
+// half of them at once, the rest spread over the Period). What Redis
+// admitted just before the outage is not known to the fallback, so around
+// its start up to one more quota may pass. Results carry Fallback: true. A
+// cost above what an instance's share admits at once (its share of the
+// Capacity, rounded down; for a window, (w+1)/2 rounded down) can never
+// pass and is refused with ErrInvalidCost.
+//
+// A share below one unit (a bucket's Capacity, or a window's Rate, below
+// instances) is not decided in process: instances that cannot see each
+// other would each admit a unit at the same instant, instances times
+// what the Limit allows. Such a key gets the Redis error, which says so,
+// and the caller's fail policy applies, as without the fallback. Nor is
+// Concurrency, whose permits are given back in Redis.
 //
 // Memory is fixed, whatever the number of keys: the buckets live in a
 // count-min sketch sized for maxKeys keys active at once. Keys that share

@@ -143,7 +143,8 @@ func TestCountIfRefundInItsWindowFreesTheUnit(t *testing.T) {
 }
 
 // TestFallbackYearlyShareHeaders: with the local fallback deciding for 300
-// instances, 1 per 365 days is a wait of about 299 years, beyond what a
+// instances, 1 per 2^46µs (about 2.2 years) with a Burst of 300 is a share
+// of one unit whose next unit accrues in about 669 years, beyond what a
 // time.Duration holds (it saturates near 292 years). The headers still say
 // to wait that long: Retry-After, the IETF t and the body's retry_after
 // agree and are at least a year, and X-RateLimit-Reset is an epoch second
@@ -153,12 +154,16 @@ func TestFallbackYearlyShareHeaders(t *testing.T) {
 	mr, rdb := redistest.Mini(t)
 	l := newLimiter(t, rdb, core.WithLocalFallback(300, 16), core.WithBreaker(0, 0))
 	year := 365 * 24 * time.Hour
-	p := mustNew(t, Config{Limiter: l, Limit: core.Limit{Rate: 1, Period: year}, Headers: Headers{XRateLimit{}, IETF{}}})
+	limit := core.Limit{Rate: 1, Period: (1 << 46) * time.Microsecond, Burst: 300}
+	p := mustNew(t, Config{Limiter: l, Limit: limit, Headers: Headers{XRateLimit{}, IETF{}}})
 	mr.SetError("down")
 	before := time.Now()
+	if d, _ := decide(p, from("192.0.2.44")); d.Outcome != OutcomeAllowed || !d.Result.Fallback {
+		t.Fatalf("outcome %v, Result %+v: want the share's one unit admitted in fallback", d.Outcome, d.Result)
+	}
 	d, h := decide(p, from("192.0.2.44"))
 	if d.Outcome != OutcomeDenied || !d.Result.Fallback {
-		t.Fatalf("outcome %v, Result %+v: want a fallback denial (the share accrues for 299 years)", d.Outcome, d.Result)
+		t.Fatalf("outcome %v, Result %+v: want a fallback denial (the next unit accrues for 669 years)", d.Outcome, d.Result)
 	}
 	retry, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64)
 	if err != nil || retry < int64(year/time.Second) || retry < ceilSeconds(d.Result.RetryAfter) {
@@ -206,5 +211,30 @@ func TestLimitFuncTierOfAnotherAlgorithmIsAnotherState(t *testing.T) {
 	tier = core.Limit{Algorithm: core.SlidingWindow, Rate: 4, Period: time.Hour} // another Algorithm: another state
 	if got := admitted(); got != 4 {
 		t.Errorf("a tier of 4 per hour under another algorithm: %d admitted, want its whole 4", got)
+	}
+}
+
+// TestFallbackShareBelowOneUnitFailPolicy backs WithLocalFallback's "Such
+// a key gets the Redis error ... and the caller's fail policy applies":
+// 10 per minute on 20 instances (half a unit each) with Redis down is the
+// Policy's FailClosed 503 or FailOpen pass, counted as a Redis fault, and
+// never a fallback admission (20 instances admitted 20 a minute before).
+func TestFallbackShareBelowOneUnitFailPolicy(t *testing.T) {
+	mr, rdb := redistest.Mini(t)
+	l := newLimiter(t, rdb, core.WithLocalFallback(20, 16), core.WithBreaker(0, 0))
+	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 10, Period: time.Minute}
+	mr.SetError("down")
+	for _, c := range []struct {
+		fail FailPolicy
+		want Outcome
+	}{{FailClosed, OutcomeFailedClosed}, {FailOpen, OutcomeFailedOpen}} {
+		p := mustNew(t, Config{Limiter: l, Limit: limit, Fail: c.fail})
+		for i := range 3 {
+			d, _ := decide(p, from("192.0.2.45"))
+			if d.Outcome != c.want || !d.RedisFault() || d.Result.Fallback {
+				t.Errorf("%v, request %d: outcome %v (Redis fault %v), Result %+v, err %v; want %v, a Redis fault",
+					c.fail, i, d.Outcome, d.RedisFault(), d.Result, d.Err, c.want)
+			}
+		}
 	}
 }
