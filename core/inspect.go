@@ -19,6 +19,12 @@ import (
 func init() {
 	inspect.Read = readStates
 	inspect.Library = libraryName
+	inspect.OverrideKey = func(prefix, name string) string {
+		if prefix == "" {
+			prefix = defaultConfig().prefix
+		}
+		return (&Overrides{prefix: overridesPrefix(prefix)}).key(name)
+	}
 }
 
 // stateReader decodes the state held at key, given Redis' clock in µs.

@@ -229,3 +229,25 @@ func TestInspectReadsEveryRow(t *testing.T) {
 		t.Errorf("core did not register with package inspect: Read %p, Library %q", inspect.Read, inspect.Library)
 	}
 }
+
+// TestInspectOverrideKey: the key inspect names for an override is where
+// Overrides.Set writes it, for the default prefix, a prefix with braces
+// and names that need escaping.
+func TestInspectOverrideKey(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	for _, prefix := range []string{"", "app{1}"} {
+		for _, name := range []string{"acme", "a{b}%#", strings.Repeat("n", 200)} {
+			o, err := NewOverrides(rdb, prefix, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Set(ctx, name, PerMinute(7), 0); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := mr.Get(inspect.OverrideKey(prefix, name)); err != nil || got != "7/min" {
+				t.Errorf("prefix %q, name %q: GET %s = %q, %v; want 7/min", prefix, name, inspect.OverrideKey(prefix, name), got, err)
+			}
+		}
+	}
+}

@@ -44,6 +44,11 @@ type Field struct {
 // package core.
 var Read func(ctx context.Context, rdb redis.UniversalClient, prefix, key string) (now time.Time, states []State, err error)
 
+// OverrideKey is the Redis key of name's override in the core.Overrides
+// under prefix ("" is core's default), which holds the Limit's text form.
+// Set by package core.
+var OverrideKey func(prefix, name string) string
+
 // Library is the name of the Redis Functions library this build of core
 // loads (FUNCTION LOAD) where the server has functions. Set by package core.
 var Library string
