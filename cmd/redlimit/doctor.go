@@ -53,7 +53,7 @@ func doctor(ctx context.Context, e *env) error {
 		}
 	} else {
 		for _, f := range fs {
-			fmt.Fprintf(e.out, "%-4s  %-9s  %s\n      %s\n", f.Status, f.Check, f.Value, f.Meaning)
+			e.printf("%-4s  %-9s  %s\n      %s\n", f.Status, f.Check, f.Value, f.Meaning)
 		}
 	}
 	if failed {

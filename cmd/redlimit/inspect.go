@@ -72,11 +72,11 @@ func printState(e *env, st inspect.State, now time.Time) {
 	if st.TTL >= 0 {
 		ttl = "TTL " + st.TTL.String()
 	}
-	fmt.Fprintf(e.out, "%s layer %d  %s  %s\n", name, st.Layer, st.Key, ttl)
+	e.printf("%s layer %d  %s  %s\n", name, st.Layer, st.Key, ttl)
 	for _, f := range st.Fields {
 		if !f.Time {
 			// (A bucket refilled for a fraction of a tick holds a fraction.)
-			fmt.Fprintf(e.out, "  %-12s %s\n", f.Name, strconv.FormatFloat(math.Round(f.Value*1000)/1000, 'f', -1, 64))
+			e.printf("  %-12s %s\n", f.Name, strconv.FormatFloat(math.Round(f.Value*1000)/1000, 'f', -1, 64))
 			continue
 		}
 		t := time.UnixMicro(int64(f.Value)).UTC()
@@ -84,6 +84,6 @@ func printState(e *env, st inspect.State, now time.Time) {
 		if t.After(now) {
 			rel = "in " + t.Sub(now).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(e.out, "  %-12s %s (%s)\n", f.Name, t.Format(time.RFC3339Nano), rel)
+		e.printf("  %-12s %s (%s)\n", f.Name, t.Format(time.RFC3339Nano), rel)
 	}
 }

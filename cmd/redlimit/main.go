@@ -45,6 +45,7 @@ type env struct {
 	json         bool
 	ttl          time.Duration
 	out          io.Writer
+	outErr       error // the first error writing to out
 }
 
 // errFailed is a doctor that found a failing check: it has said why.
@@ -55,7 +56,7 @@ const usage = `usage: redlimit [flags] inspect KEY | reset KEY | override get|se
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("redlimit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
+	fs.Usage = func() { _, _ = fmt.Fprintln(stderr, usage); fs.PrintDefaults() }
 	url := fs.String("redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (default $REDIS_URL)")
 	cluster := fs.String("redis-cluster", "", "comma-separated Redis Cluster seed addresses (default $REDIS_CLUSTER_ADDRS)")
 	e := env{out: stdout}
@@ -74,21 +75,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	e.rdb, err = client(*url, *cluster, getenv)
 	if err != nil {
-		fmt.Fprintln(stderr, "redlimit:", err)
+		_, _ = fmt.Fprintln(stderr, "redlimit:", err)
 		return 2
 	}
 	defer func() { _ = e.rdb.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	err = dispatch(ctx, &e, words)
+	if err == nil {
+		err = e.outErr
+	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintln(stderr, usage)
+		_, _ = fmt.Fprintln(stderr, usage)
 		return 2
 	case errors.Is(err, errFailed):
 		return 1
 	case err != nil:
-		fmt.Fprintln(stderr, "redlimit:", err)
+		_, _ = fmt.Fprintln(stderr, "redlimit:", err)
 		return 1
 	}
 	return 0
@@ -160,6 +164,13 @@ func (e *env) key(key string) string {
 		return key
 	}
 	return e.name + ":" + key
+}
+
+// printf prints to out; run reports the first error.
+func (e *env) printf(format string, args ...any) {
+	if e.outErr == nil {
+		_, e.outErr = fmt.Fprintf(e.out, format, args...)
+	}
 }
 
 // emit prints v as JSON.

@@ -38,7 +38,7 @@ func reset(ctx context.Context, e *env, key string) error {
 	}
 	_, err = fmt.Fprintf(e.out, "%s: reset, %d state key(s) deleted\n", e.key(key), len(deleted))
 	for _, k := range deleted {
-		fmt.Fprintf(e.out, "  %s\n", k)
+		e.printf("  %s\n", k)
 	}
 	return err
 }
