@@ -74,9 +74,12 @@ func NewOverrides(rdb redis.UniversalClient, prefix string, maxAge time.Duration
 	if maxAge == 0 {
 		maxAge = time.Second
 	}
-	return &Overrides{rdb: rdb, prefix: escapeBraces.Replace(prefix) + ":override", maxAge: maxAge,
+	return &Overrides{rdb: rdb, prefix: overridesPrefix(prefix), maxAge: maxAge,
 		max: overridesMaxKeys, cache: make(map[string]*list.Element), reading: make(map[string]*overrideRead)}, nil
 }
+
+// overridesPrefix starts the key of every override under prefix.
+func overridesPrefix(prefix string) string { return escapeBraces.Replace(prefix) + ":override" }
 
 func (o *Overrides) key(name string) string {
 	return o.prefix + ":{" + escapeTag(name) + "}"

@@ -34,6 +34,7 @@ var packages = []struct {
 	imports []string // of this repository's packages, the ones it may import
 }{
 	{"core", ".", nil, nil},
+	{"internal/inspect", ".", nil, nil},
 	{"httplimit", ".", nil, []string{"core"}},
 	{"nethttplimit", ".", nil, []string{"core", "httplimit"}},
 	{"redlimittest", ".", []string{"github.com/alicebob/miniredis"}, []string{"core"}},
@@ -50,6 +51,11 @@ var packages = []struct {
 
 // TestDependencies: each package links only what its users expect, and
 // core knows nothing of HTTP.
+// inspectPkg is where core shows its Redis state to cmd/redlimit without
+// an exported API (standard library and go-redis only, checked above):
+// whatever links core links it.
+const inspectPkg = "internal/inspect"
+
 func TestDependencies(t *testing.T) {
 	for _, tt := range packages {
 		t.Run(tt.pkg, func(t *testing.T) {
@@ -60,7 +66,8 @@ func TestDependencies(t *testing.T) {
 						t.Errorf("%s links %s", tt.pkg, dep)
 					}
 				}
-				if rest, ok := strings.CutPrefix(dep, module+"/"); ok && rest != tt.pkg && !slices.Contains(tt.imports, rest) {
+				if rest, ok := strings.CutPrefix(dep, module+"/"); ok && rest != tt.pkg && !slices.Contains(tt.imports, rest) &&
+					(rest != inspectPkg || tt.pkg != "core" && !slices.Contains(tt.imports, "core")) {
 					t.Errorf("%s links %s; it may import only %v of this repository", tt.pkg, dep, tt.imports)
 				}
 				if tt.pkg == "core" && (dep == "net/http" || strings.HasPrefix(dep, "net/http/")) {
