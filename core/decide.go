@@ -52,7 +52,7 @@ func (l *Limiter) decide(ctx context.Context, rq *request, out []Result) error {
 	err := l.ask(ctx, rq, tag, keys, sent, out)
 	if err != nil {
 		if l.fallback != nil && rq.mode <= modeAtMost && rq.mode != modePeek && !rq.pl.ids && redisFault(ctx, err) {
-			return l.fallback.decide(keys, rq, time.Now(), out, err)
+			return classified(ctx, l.fallback.decide(keys, rq, time.Now(), out, err))
 		}
 		return classified(ctx, err)
 	}
