@@ -42,6 +42,8 @@ func (f *functions) start(l *Limiter) {
 // until warmBy at most: the first decisions of a new Limiter do not spend
 // their timeout on dialling Redis and loading the library, and meet a
 // server that has it. A decision then has its whole timeout for its call.
+// A dial that fails ends the wait too (see clientWatch.failed): a Redis
+// that is not there fails the first decisions as fast as the later ones.
 func (f *functions) ready(ctx context.Context) {
 	if f.warmed.Load() {
 		return

@@ -313,3 +313,18 @@ func TestFunctionsRefusedLoggedOnce(t *testing.T) {
 		t.Errorf("%d records of the refusal in 4 loads, want 1 at Info:\n%s", n, logs.String())
 	}
 }
+
+// TestFirstDecisionOnARefusingRedis: a new Limiter whose Redis refuses
+// connections fails its first decision as fast as a later one, not after
+// waiting out the first load. Guards: "A Redis that refuses the connection
+// ends the wait at once" (New's godoc); without it the decision took 1s.
+func TestFirstDecisionOnARefusingRedis(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + redistest.FreePort(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	l := opsNew(t, rdb)
+	start := time.Now()
+	_, err := l.Allow(context.Background(), "k", PerMinute(10))
+	if took := time.Since(start); err == nil || took > 500*time.Millisecond {
+		t.Errorf("first decision on a Redis that refuses connections: %v after %v; want an error within 500ms", err, took)
+	}
+}

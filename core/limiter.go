@@ -77,7 +77,8 @@ type Limiter struct {
 // when it may. A call made while that first load runs waits for it, within
 // its context and at most a second after New (or the timeout, if longer),
 // before its timeout starts: dialling Redis and loading the library do not
-// make a new Limiter's first decisions fail. Close the Limiter when done
+// make a new Limiter's first decisions fail. (A Redis that refuses the
+// connection ends the wait at once.) Close the Limiter when done
 // with it if the client lives on.
 func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
