@@ -328,3 +328,49 @@ func TestFirstDecisionOnARefusingRedis(t *testing.T) {
 		t.Errorf("first decision on a Redis that refuses connections: %v after %v; want an error within 500ms", err, took)
 	}
 }
+
+// TestFirstDecisionSweep walks a new Limiter's first decision over the
+// servers (with and without FUNCTION), how long the server holds its
+// first connections, and the caller's deadline: held less than the first
+// load's bound (1s), the first decision is admitted whenever the caller
+// waits long enough; held longer, it fails at about that bound; a caller
+// whose deadline comes first fails at its deadline, never later. Either
+// way, once the server answers, decisions are admitted within the timeout.
+func TestFirstDecisionSweep(t *testing.T) {
+	const timeout = 150 * time.Millisecond // not 50ms: a busy machine must not fail the admissions
+	for name, addr := range firstCallBackends(t) {
+		for _, hold := range []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond, 1500 * time.Millisecond} {
+			for _, caller := range []time.Duration{50 * time.Millisecond, 5 * time.Second} {
+				t.Run(fmt.Sprintf("%s/hold=%v/caller=%v", name, hold, caller), func(t *testing.T) {
+					t.Parallel()
+					p := startSlowStart(t, addr(t), hold)
+					rdb := redis.NewClient(&redis.Options{Addr: p.ln.Addr().String(), ContextTimeoutEnabled: true})
+					t.Cleanup(func() { _ = rdb.Close() })
+					l := opsNew(t, rdb, WithTimeout(timeout), WithBreaker(0, 0))
+					ctx, cancel := context.WithTimeout(context.Background(), caller)
+					defer cancel()
+					start := time.Now()
+					r, err := l.Allow(ctx, "sweep", PerMinute(10))
+					took := time.Since(start)
+					// A caller of 50ms may meet its own deadline on a busy
+					// machine whatever the hold: that is not the Limiter's.
+					mustAdmit := caller > time.Second && hold < warmWait-timeout
+					mustFail := hold > caller || hold > warmWait+timeout
+					switch {
+					case err == nil && r.Allowed && !mustFail:
+					case mustAdmit:
+						t.Errorf("first decision: %+v, %v after %v; want admitted", r, err, took)
+					case !errors.Is(err, context.DeadlineExceeded):
+						t.Errorf("first decision: %+v, %v after %v; want a deadline", r, err, took)
+					case took > min(caller, warmWait+timeout)+time.Second:
+						t.Errorf("first decision failed after %v; want about %v", took, min(caller, warmWait+timeout))
+					}
+					time.Sleep(time.Until(p.openAt)) // the server answers from now on
+					if r, err := l.Allow(context.Background(), "sweep", PerMinute(10)); err != nil || !r.Allowed {
+						t.Errorf("a decision once the server answers: %+v, %v", r, err)
+					}
+				})
+			}
+		}
+	}
+}

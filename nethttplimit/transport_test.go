@@ -514,6 +514,42 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// TestRetryAfterDateSweep walks a date-form Retry-After over where the
+// date lies and where the upstream's Date lies, each from 1970 to far
+// ahead of the local clock, and the cap: the pause is never longer than
+// the date is ahead of either clock, never negative, never over the cap,
+// and it is the lesser of the two clocks' readings.
+func TestRetryAfterDateSweep(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	offsets := []time.Duration{-1 << 62, -24 * time.Hour, -time.Hour, -time.Minute, -time.Second, 0,
+		time.Second, 30 * time.Second, time.Hour, 48 * time.Hour}
+	at := func(d time.Duration) time.Time {
+		if d == -1<<62 {
+			return time.Unix(0, 0)
+		}
+		return now.Add(d)
+	}
+	for _, most := range []time.Duration{time.Second, time.Hour} {
+		for _, ra := range offsets[1:] {
+			for _, date := range append(offsets, 1) { // 1: no Date header
+				h := http.Header{"Retry-After": {at(ra).UTC().Format(http.TimeFormat)}}
+				if date != 1 {
+					h.Set("Date", at(date).UTC().Format(http.TimeFormat))
+				}
+				got := retryAfter(h, now, most)
+				want := ra // what the local clock reads
+				if date != 1 {
+					want = min(want, at(ra).Sub(at(date)))
+				}
+				want = min(max(want, 0), most)
+				if got != want || got > max(ra, 0) || got < 0 || got > most {
+					t.Errorf("Retry-After now%+v, Date %v, cap %v: pause %v, want %v", ra, at(date), most, got, want)
+				}
+			}
+		}
+	}
+}
+
 // TestTransportPauseHostile: what pauses the fleet, and for how long, end
 // to end: a huge Retry-After pauses it for MaxPause, not for years;
 // garbage, another status or no header, not at all.
