@@ -31,11 +31,12 @@ type functions struct {
 // load (or its timeout, when longer): as long as Ping may take.
 const warmWait = time.Second
 
-// start begins the first load: the one decisions wait for.
-func (f *functions) start(l *Limiter) {
+// prepare makes the first load, which New starts next, the one decisions
+// wait for. It runs before the Limiter is registered with its client's
+// dial hook, which may end the wait from then on.
+func (f *functions) prepare(timeout time.Duration) {
 	f.warm = make(chan struct{})
-	f.warmBy = time.Now().Add(max(l.timeout, warmWait))
-	f.load(l)
+	f.warmBy = time.Now().Add(max(timeout, warmWait))
 }
 
 // ready waits, while the first load runs, for it to end, within ctx and

@@ -119,8 +119,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		l.leases = newLeases(cfg.leaseShare)
 	}
 	l.health.log = cfg.log
+	l.funcs.prepare(l.timeout)
 	l.stop = watchClient(l)
-	l.funcs.start(l)
+	l.funcs.load(l)
 	l.health.start(l)
 	return l, nil
 }
