@@ -113,8 +113,10 @@ func (l *Limiter) do(ctx context.Context, f func(context.Context) (any, error)) 
 func nop() {}
 
 // bound applies the Limiter's timeout, unless the caller's own deadline
-// comes first (then a timer would be wasted).
+// comes first (then a timer would be wasted). The timeout starts once the
+// first load of a new Limiter has ended (see functions.ready).
 func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	l.funcs.ready(ctx)
 	if l.timeout <= 0 {
 		return ctx, nop
 	}

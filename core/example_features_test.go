@@ -21,13 +21,23 @@ func ExamplePerMonth() {
 	if err != nil {
 		panic(err)
 	}
-	limiter, _ := core.New(rdb, core.WithClock(exampleNow))
+	limiter, err := core.New(rdb, core.WithClock(exampleNow))
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	quota := core.PerMonth(10000, berlin) // or "10000/month tz=Europe/Berlin"
 
-	res, _ := limiter.AllowN(ctx, "customer:7", quota, 9500)
+	res, err := limiter.AllowN(ctx, "customer:7", quota, 9500)
+	if err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
 	fmt.Println("allowed:", res.Allowed, "remaining:", res.Remaining)
-	res, _ = limiter.AllowN(ctx, "customer:7", quota, 600)
+	if res, err = limiter.AllowN(ctx, "customer:7", quota, 600); err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
 	fmt.Println("allowed:", res.Allowed, "retry at:", exampleNow().Add(res.RetryAfter).In(berlin))
 	// Output:
 	// allowed: true remaining: 500
@@ -41,14 +51,29 @@ func ExampleLimiter_Settle() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
-	limiter, _ := core.New(rdb)
+	limiter, err := core.New(rdb)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	budget := core.Limit{Rate: 1000, Period: time.Minute} // tokens per minute
 
-	taken, _ := limiter.AllowN(ctx, "tenant:acme", budget, 100) // the estimate
-	res, _ := limiter.Settle(ctx, "tenant:acme", budget, taken, 1600)
+	taken, err := limiter.AllowN(ctx, "tenant:acme", budget, 100) // the estimate
+	if err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
+	res, err := limiter.Settle(ctx, "tenant:acme", budget, taken, 1600)
+	if err != nil {
+		fmt.Println("redis failed:", err) // the estimate stands
+		return
+	}
 	fmt.Println("used 1600 of an estimate of 100; remaining:", res.Remaining)
-	next, _ := limiter.Allow(ctx, "tenant:acme", budget)
+	next, err := limiter.Allow(ctx, "tenant:acme", budget)
+	if err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
 	fmt.Println("next request allowed:", next.Allowed, "retry after:", next.RetryAfter)
 	// Output:
 	// used 1600 of an estimate of 100; remaining: 0
@@ -63,20 +88,39 @@ func ExampleInFlight() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
-	limiter, _ := core.New(rdb)
+	limiter, err := core.New(rdb)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	jobs := core.InFlight(2)
 
-	a, _ := limiter.Allow(ctx, "tenant:acme", jobs)
-	b, _ := limiter.Allow(ctx, "tenant:acme", jobs)
-	c, _ := limiter.Allow(ctx, "tenant:acme", jobs)
-	fmt.Println(a.Allowed, b.Allowed, c.Allowed)
-	if err := limiter.Refund(ctx, "tenant:acme", jobs, a); err != nil { // the first job ends
-		fmt.Println("redis failed:", err) // the permit lapses after the Period
+	var held []core.Result // the permits taken, to give back
+	for range 3 {
+		res, err := limiter.Allow(ctx, "tenant:acme", jobs)
+		if err != nil {
+			fmt.Println("redis failed:", err) // fail open or closed: your call
+			return
+		}
+		fmt.Println(res.Allowed)
+		if res.Allowed {
+			held = append(held, res)
+		}
 	}
-	d, _ := limiter.Allow(ctx, "tenant:acme", jobs)
+	if len(held) > 0 { // the first job ends
+		if err := limiter.Refund(ctx, "tenant:acme", jobs, held[0]); err != nil {
+			fmt.Println("redis failed:", err) // the permit lapses after the Period
+		}
+	}
+	d, err := limiter.Allow(ctx, "tenant:acme", jobs)
+	if err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
 	fmt.Println("after one ended:", d.Allowed)
 	// Output:
-	// true true false
+	// true
+	// true
+	// false
 	// after one ended: true
 }

@@ -57,7 +57,10 @@ func ExampleLimiter_AllowN_denied() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
-	limiter, _ := core.New(rdb)
+	limiter, err := core.New(rdb)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	limit := core.PerMinute(3)
 	if _, err := limiter.AllowN(ctx, "user:42", limit, 3); err != nil {
@@ -82,7 +85,10 @@ func ExampleLimiter_AllowAtMost() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
-	limiter, _ := core.New(rdb)
+	limiter, err := core.New(rdb)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	limit := core.PerMinute(100)
 	res, err := limiter.AllowAtMost(ctx, "export-job", limit, 250)
@@ -96,7 +102,10 @@ func ExampleLimiter_AllowAtMost() {
 		fmt.Println("redis failed:", err)
 		return
 	}
-	res, _ = limiter.Peek(ctx, "export-job", limit)
+	if res, err = limiter.Peek(ctx, "export-job", limit); err != nil {
+		fmt.Println("redis failed:", err)
+		return
+	}
 	fmt.Println("remaining:", res.Remaining)
 	// Output:
 	// granted: 100
@@ -107,7 +116,10 @@ func ExampleLimiter_Allow_leakyBucket() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
-	limiter, _ := core.New(rdb)
+	limiter, err := core.New(rdb)
+	if err != nil {
+		panic(err)
+	}
 	// Two requests per second leave the queue, at most four wait in it.
 	limit := core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Burst: 4}
 	for i := range 5 {
@@ -134,7 +146,10 @@ func ExampleLimiter_AllowLayers() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
-	limiter, _ := core.New(rdb)
+	limiter, err := core.New(rdb)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	layers := []core.Limit{core.PerSecond(10), core.PerHour(12)}
 	for i := range 3 {

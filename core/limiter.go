@@ -94,11 +94,16 @@ type Limiter struct {
 // never admits one twice); a refund is never retried, since it would give
 // back twice. MaxRetries: -1 turns the retries off altogether.
 //
-// New loads the Limiter's functions into Redis in the background (where
-// Redis 7 functions are not available, each call is a script instead),
-// and checks whether the Redis may evict keys (see Ping), logging a
-// warning when it may. Close the Limiter when done with it if the client
-// lives on.
+// New loads the Limiter's functions into Redis in the background, unless
+// Redis holds them already (where Redis 7 functions are not available, each
+// call is a script instead, which is logged once at Info level), and
+// checks whether the Redis may evict keys (see Ping), logging a warning
+// when it may. A call made while that first load runs waits for it, within
+// its context and at most a second after New (or the timeout, if longer),
+// before its timeout starts: dialling Redis and loading the library do not
+// make a new Limiter's first decisions fail. (A Redis that refuses the
+// connection ends the wait at once.) Close the Limiter when done
+// with it if the client lives on.
 func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
 		return nil, errors.New("core: New: nil redis client")
@@ -138,6 +143,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		l.leases = newLeases(cfg.leaseShare)
 	}
 	l.health.log = cfg.log
+	l.funcs.prepare(l.timeout)
 	l.stop = watchClient(l)
 	l.funcs.load(l)
 	l.health.start(l)

@@ -69,7 +69,7 @@ func watchOf(rdb redis.UniversalClient) *clientWatch {
 	if prev, loaded := watches.LoadOrStore(key, w); loaded {
 		return prev.(*clientWatch)
 	}
-	hook := dialHook{w.dialed}
+	hook := dialHook{w.dialed, w.failed}
 	drop := func(key any) { watches.Delete(key) }
 	switch c := rdb.(type) {
 	case *redis.Client:
@@ -86,7 +86,13 @@ func watchOf(rdb redis.UniversalClient) *clientWatch {
 }
 
 // dialed tells every live Limiter of the client about a new connection.
-func (w *clientWatch) dialed() {
+func (w *clientWatch) dialed() { w.each((*Limiter).reconnected) }
+
+// failed tells every live Limiter of the client that a dial failed: a
+// Redis that is not there, whose first load decisions need not wait for.
+func (w *clientWatch) failed() { w.each(func(l *Limiter) { l.funcs.warmedUp() }) }
+
+func (w *clientWatch) each(f func(*Limiter)) {
 	w.mu.Lock()
 	live := make([]*Limiter, 0, len(w.limiters))
 	for ref := range w.limiters {
@@ -96,18 +102,21 @@ func (w *clientWatch) dialed() {
 	}
 	w.mu.Unlock()
 	for _, l := range live {
-		l.reconnected()
+		f(l)
 	}
 }
 
-// dialHook calls dialed after every connection the client makes.
-type dialHook struct{ dialed func() }
+// dialHook calls dialed after every connection the client makes, failed
+// after every dial that fails.
+type dialHook struct{ dialed, failed func() }
 
 func (d dialHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
 		if err == nil {
 			d.dialed()
+		} else {
+			d.failed()
 		}
 		return c, err
 	}

@@ -29,9 +29,11 @@ func (t *Transport) pauseFor(resp *http.Response) time.Duration {
 }
 
 // retryAfter reads a Retry-After header: delay-seconds, or an HTTP-date
-// measured from the Date header (the upstream's own clock) or else from
-// now. A value that is neither, or not ahead, is ignored (0); a delay
-// beyond most, however large, is most.
+// measured from now and from the Date header (the upstream's own clock),
+// whichever leaves less: a clock behind the other shortens no pause, and
+// an upstream whose Date is wrong (1970) cannot pause the fleet for longer
+// than the date is ahead of ours. A value that is neither, or not ahead,
+// is ignored (0); a delay beyond most, however large, is most.
 func retryAfter(h http.Header, now time.Time, most time.Duration) time.Duration {
 	v := strings.TrimSpace(h.Get("Retry-After"))
 	if v == "" {
@@ -51,10 +53,11 @@ func retryAfter(h http.Header, now time.Time, most time.Duration) time.Duration 
 	if err != nil {
 		return 0
 	}
+	d := at.Sub(now)
 	if date, err := http.ParseTime(h.Get("Date")); err == nil {
-		now = date
+		d = min(d, at.Sub(date))
 	}
-	return min(max(at.Sub(now), 0), most)
+	return min(max(d, 0), most)
 }
 
 // pause makes the next request on key, on every instance, wait at least d,

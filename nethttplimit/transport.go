@@ -65,7 +65,8 @@ type TransportConfig struct {
 // have seen it.
 //
 // When the upstream answers 429 or 503 with a Retry-After (seconds, or an
-// HTTP-date measured from the response's Date), capped at MaxPause, the
+// HTTP-date measured from the response's Date and from the local clock,
+// whichever leaves less), capped at MaxPause, the
 // Transport charges the key in Redis (core.Limiter.Settle) so that the
 // next request on it, from every instance, waits that long before it is
 // sent (or, with FailFast, is refused with that RetryAfter); the response

@@ -52,6 +52,9 @@ func newUpstream(t *testing.T) *upstream {
 		if v, ok := q["retry"]; ok {
 			w.Header().Set("Retry-After", v[0])
 		}
+		if v, ok := q["date"]; ok {
+			w.Header().Set("Date", v[0])
+		}
 		status := http.StatusOK
 		if s := q.Get("status"); s != "" {
 			status, _ = strconv.Atoi(s)
@@ -494,8 +497,13 @@ func TestRetryAfter(t *testing.T) {
 		{"beyond int64 nanoseconds", "9300000000", "", time.Hour},
 		{"beyond uint64", "99999999999999999999999999", "", time.Hour},
 		{"an HTTP-date, from now", date(now.Add(40 * time.Second)), "", 40 * time.Second},
-		{"an HTTP-date, from the upstream's Date", date(now.Add(40 * time.Second)), date(now.Add(-time.Hour)), time.Hour},
+		// Guards: "an upstream whose Date is wrong (1970) cannot pause the
+		// fleet for longer than the date is ahead of ours" (retryAfter).
+		// Before, these two paused for the whole MaxPause.
+		{"an HTTP-date, a Date an hour behind us", date(now.Add(40 * time.Second)), date(now.Add(-time.Hour)), 40 * time.Second},
+		{"an HTTP-date, Date 1970", date(now.Add(30 * time.Second)), date(time.Unix(0, 0)), 30 * time.Second},
 		{"an HTTP-date, from a Date 20s ahead of us", date(now.Add(40 * time.Second)), date(now.Add(20 * time.Second)), 20 * time.Second},
+		{"an HTTP-date, Date past it", date(now.Add(40 * time.Second)), date(now.Add(time.Minute)), 0},
 		{"an HTTP-date past", date(now.Add(-time.Minute)), "", 0},
 		{"an HTTP-date in year 9999", "Fri, 31 Dec 9999 23:59:59 GMT", "", time.Hour},
 		{"an HTTP-date, garbage Date", date(now.Add(40 * time.Second)), "yesterday", 40 * time.Second},
@@ -513,6 +521,42 @@ func TestRetryAfter(t *testing.T) {
 				t.Errorf("Retry-After %q, Date %q: %v, want %v", tt.retryAfter, tt.date, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestRetryAfterDateSweep walks a date-form Retry-After over where the
+// date lies and where the upstream's Date lies, each from 1970 to far
+// ahead of the local clock, and the cap: the pause is never longer than
+// the date is ahead of either clock, never negative, never over the cap,
+// and it is the lesser of the two clocks' readings.
+func TestRetryAfterDateSweep(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	offsets := []time.Duration{-1 << 62, -24 * time.Hour, -time.Hour, -time.Minute, -time.Second, 0,
+		time.Second, 30 * time.Second, time.Hour, 48 * time.Hour}
+	at := func(d time.Duration) time.Time {
+		if d == -1<<62 {
+			return time.Unix(0, 0)
+		}
+		return now.Add(d)
+	}
+	for _, most := range []time.Duration{time.Second, time.Hour} {
+		for _, ra := range offsets[1:] {
+			for _, date := range append(offsets, 1) { // 1: no Date header
+				h := http.Header{"Retry-After": {at(ra).UTC().Format(http.TimeFormat)}}
+				if date != 1 {
+					h.Set("Date", at(date).UTC().Format(http.TimeFormat))
+				}
+				got := retryAfter(h, now, most)
+				want := ra // what the local clock reads
+				if date != 1 {
+					want = min(want, at(ra).Sub(at(date)))
+				}
+				want = min(max(want, 0), most)
+				if got != want || got > max(ra, 0) || got < 0 || got > most {
+					t.Errorf("Retry-After now%+v, Date %v, cap %v: pause %v, want %v", ra, at(date), most, got, want)
+				}
+			}
+		}
 	}
 }
 
@@ -557,6 +601,30 @@ func TestTransportPauseHostile(t *testing.T) {
 				t.Errorf("after %s: RetryAfter %v, want %v", tt.query, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestTransportPauseUpstreamDate: an upstream whose Date says 1970 and
+// whose Retry-After is a date 30s ahead pauses the fleet 30s, not the
+// whole MaxPause (an hour), end to end. Guards: "an upstream whose Date is
+// wrong (1970) cannot pause the fleet for longer than the date is ahead
+// of ours" (retryAfter).
+func TestTransportPauseUpstreamDate(t *testing.T) {
+	r := redlimittest.Start(t)
+	up := newUpstream(t)
+	cfg := TransportConfig{Limit: core.PerSecond(100), FailFast: true}
+	a, b := up.transport(t, r.NewLimiter(), r.Now, cfg), up.transport(t, r.NewLimiter(), r.Now, cfg)
+	q := url.Values{
+		"status": {"429"},
+		"retry":  {r.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)},
+		"date":   {time.Unix(0, 0).UTC().Format(http.TimeFormat)},
+	}
+	if _, err := up.get(context.Background(), a, q.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	_, err := up.get(context.Background(), b, "")
+	if got := refusal(t, err).Result.RetryAfter; got != 30*time.Second {
+		t.Errorf("after a Retry-After 30s ahead with Date 1970: the fleet pauses %v, want 30s", got)
 	}
 }
 

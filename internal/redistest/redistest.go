@@ -1,6 +1,12 @@
 // Package redistest gives tests their Redis: a miniredis with a controlled
-// clock, the real Redis named by REDIS_URL, or the real Redis Cluster named
-// by REDIS_CLUSTER_ADDRS.
+// clock, the real Redis named by REDIS_URL, the real Redis Cluster named
+// by REDIS_CLUSTER_ADDRS, or a redis-server of the test's own
+// (StartServer), which the test may kill, pause and restart.
+//
+// REDIS_SERVER names the server program StartServer runs: a path or a name
+// on PATH, redis-server by default. Set it to run the suites against
+// another release or another server (REDIS_SERVER=valkey-server, say);
+// StartServer passes only the options that server's version knows.
 //
 // A real-Redis test without its variable is skipped with a message that
 // says so, except under CI (CI=true), where a missing Redis fails the test:
@@ -9,6 +15,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -92,6 +99,32 @@ func ping(t testing.TB, rdb redis.UniversalClient, where string) {
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		t.Fatalf("redis at %s does not answer: %v", where, err)
 	}
+}
+
+// NeedFunctions skips a test of Redis functions (FUNCTION, FCALL) on a
+// server that refuses them, such as Redis 6.2, where the Limiter decides
+// by script instead: such a server is no missing prerequisite, so the test
+// is skipped under CI as well.
+func NeedFunctions(t testing.TB, rdb redis.UniversalClient) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := rdb.Do(ctx, "function", "list", "libraryname", "redistest-probe").Err()
+	var refused redis.Error
+	if !errors.As(err, &refused) {
+		if err != nil {
+			t.Fatalf("asking the server whether it has FUNCTION: %v", err)
+		}
+		return
+	}
+	msg := fmt.Sprintf("the server refuses FUNCTION (%v): Redis functions need Redis 7 or Valkey", err)
+	skips.Lock()
+	if skips.reasons == nil {
+		skips.reasons = map[string]int{}
+	}
+	skips.reasons[msg]++
+	skips.Unlock()
+	t.Skipf("SKIPPED: %s", msg)
 }
 
 // skips counts the tests skipped for want of a Redis, by reason.

@@ -18,15 +18,52 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// RedisServer returns the path of redis-server, or skips the test (fails
-// it under CI).
+// RedisServer returns the path of the server program, REDIS_SERVER or
+// redis-server (see the package doc), or skips the test (fails it under CI).
 func RedisServer(t testing.TB) string {
 	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+	name := os.Getenv("REDIS_SERVER")
+	if name == "" {
+		name = "redis-server"
+	}
+	bin, err := exec.LookPath(name)
 	if err != nil {
-		Missing(t, "redis-server is not on PATH (apt-get install -y redis-server); this test starts, kills and restarts its own")
+		Missing(t, "%s is not on PATH (apt-get install -y redis-server, or set REDIS_SERVER); this test starts, kills and restarts its own", name)
 	}
 	return bin
+}
+
+// versions caches the major version of each server program.
+var versions sync.Map // path -> int
+
+// majorVersion is the major version bin --version reports ("Redis server
+// v=7.0.15 ...", "Valkey server v=8.0.1 ..."), 0 when it does not say.
+func majorVersion(bin string) int {
+	if v, ok := versions.Load(bin); ok {
+		return v.(int)
+	}
+	out, _ := exec.Command(bin, "--version").Output()
+	major := 0
+	if _, v, ok := strings.Cut(string(out), "v="); ok {
+		digits, _, _ := strings.Cut(v, ".")
+		major, _ = strconv.Atoi(digits)
+	}
+	versions.Store(bin, major)
+	return major
+}
+
+// serverArgs are StartServer's options for bin: DEBUG (DEBUG SLEEP, say)
+// must be enabled from Redis 7 on, and Redis 6.2 refuses the option.
+func serverArgs(bin, port, dir string) []string {
+	args := []string{
+		"--port", port, "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", "redis.log",
+	}
+	if majorVersion(bin) >= 7 {
+		args = append(args, "--enable-debug-command", "yes")
+	}
+	return args
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.
@@ -58,20 +95,13 @@ type Server struct {
 	exited chan struct{} // closed when cmd has exited
 }
 
-// StartServer starts a redis-server (extra are further arguments) and
-// waits until it answers; it is killed when the test ends. Without
-// redis-server on PATH the test is skipped (failed under CI).
+// StartServer starts a redis-server, or REDIS_SERVER (extra are further
+// arguments), and waits until it answers; it is killed when the test ends.
+// Without the server program the test is skipped (failed under CI).
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	s := &Server{t: t, bin: RedisServer(t), dir: t.TempDir()}
-	s.argv = func(port string) []string {
-		return append([]string{
-			"--port", port, "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no",
-			"--dir", s.dir, "--logfile", "redis.log",
-			"--enable-debug-command", "yes",
-		}, extra...)
-	}
+	s.argv = func(port string) []string { return append(serverArgs(s.bin, port, s.dir), extra...) }
 	s.launch()
 	return s
 }

@@ -90,6 +90,7 @@ func viaFCall(t *testing.T, lim *core.Limiter, kinds *callKinds, key string, lim
 // redlimit there are flushed too, and they load theirs again the same way.
 func TestClusterFunctionFlushOnOneNode(t *testing.T) {
 	rdb := redistest.Cluster(t)
+	redistest.NeedFunctions(t, rdb)
 	kinds := &callKinds{}
 	rdb.AddHook(kinds)
 	prefix := unique(t)
@@ -195,6 +196,7 @@ func TestClusterMasterRestartedEmpty(t *testing.T) {
 	}
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: seeds, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
+	redistest.NeedFunctions(t, rdb)
 	kinds := &callKinds{}
 	rdb.AddHook(kinds)
 	lim := newLimiter(t, rdb, core.WithTimeout(patient), core.WithBreaker(0, 0))
