@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,31 @@ func TestCalendarText(t *testing.T) {
 		if err := l.UnmarshalText([]byte(bad)); err == nil {
 			t.Errorf("%q parsed as %+v, want an error", bad, l)
 		}
+	}
+}
+
+// TestCalendarSkippedMidnight: America/Santiago skipped 2024-09-08's
+// midnight (00:00 became 01:00). 10 per day, a decision every half hour
+// from the 7th at noon to the 9th at noon: none fails, and each calendar
+// day admits 10, the 8th from 01:00.
+// Guards: Daily's "from the instant it jumps past it".
+func TestCalendarSkippedMidnight(t *testing.T) {
+	ctx := context.Background()
+	santiago := mustLocation(t, "America/Santiago")
+	_, l, set := calendarLimiter(t)
+	lim := Limit{Algorithm: FixedWindow, Rate: 10, Calendar: Daily, Location: santiago}
+	admitted := map[int]int{}
+	for at := time.Date(2024, 9, 7, 12, 0, 0, 0, santiago); !at.After(time.Date(2024, 9, 9, 12, 0, 0, 0, santiago)); at = at.Add(30 * time.Minute) {
+		set(at)
+		r, err := l.Allow(ctx, "k", lim)
+		if err != nil {
+			t.Fatalf("at %v: %v", at, err)
+		}
+		if r.Allowed {
+			admitted[at.Day()]++
+		}
+	}
+	if want := map[int]int{7: 10, 8: 10, 9: 10}; !maps.Equal(admitted, want) {
+		t.Errorf("admitted per day %v, want %v", admitted, want)
 	}
 }
