@@ -159,7 +159,12 @@ func (l *Limiter) wrap(ctx context.Context, err error) error {
 // redisFault reports whether err means Redis failed (rather than the call
 // being wrong, or the caller giving up). It is the one place that
 // classifies errors: the breaker, the fallback and the HTTP layer ask it.
+// An error reply is Redis failing only when it says the server cannot
+// serve now (see unavailable); any other (a script's own error, as a
+// Redis clock a calendar window away; WRONGTYPE; a value redlimit did not
+// write) is the request's, and says nothing of the other keys.
 func redisFault(ctx context.Context, err error) bool {
+	var reply redis.Error
 	switch {
 	case err == nil, errors.Is(err, ErrInvalidCost), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrEmptyKey),
 		errors.Is(err, ErrClosed):
@@ -167,6 +172,25 @@ func redisFault(ctx context.Context, err error) bool {
 	case ctx.Err() != nil:
 		// The caller's context ended, not our timeout.
 		return false
+	case errors.As(err, &reply):
+		return unavailable(reply.Error())
 	}
 	return true
+}
+
+// unavailableReplies begin the error replies that say the server cannot
+// serve any key now: loading its data, busy with a script, a replica or a
+// Cluster without its master, unable to persist, out of memory or of
+// clients, or refusing this client (authentication, permissions).
+var unavailableReplies = []string{"LOADING ", "BUSY ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ",
+	"NOREPLICAS ", "MISCONF ", "OOM ", "max number of clients", "NOAUTH ", "WRONGPASS ", "NOPERM "}
+
+func unavailable(reply string) bool {
+	reply = strings.TrimPrefix(reply, "ERR ")
+	for _, p := range unavailableReplies {
+		if strings.HasPrefix(reply, p) {
+			return true
+		}
+	}
+	return false
 }

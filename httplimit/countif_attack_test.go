@@ -154,7 +154,7 @@ func TestFallbackYearlyShareHeaders(t *testing.T) {
 	l := newLimiter(t, rdb, core.WithLocalFallback(300, 16), core.WithBreaker(0, 0))
 	year := 365 * 24 * time.Hour
 	p := mustNew(t, Config{Limiter: l, Limit: core.Limit{Rate: 1, Period: year}, Headers: Headers{XRateLimit{}, IETF{}}})
-	mr.SetError("down")
+	mr.SetError("MASTERDOWN Link with MASTER is down") // what a replica answers
 	before := time.Now()
 	d, h := decide(p, from("192.0.2.44"))
 	if d.Outcome != OutcomeDenied || !d.Result.Fallback {
