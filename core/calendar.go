@@ -170,7 +170,7 @@ func zoneEnd(u, offset int64, loc *time.Location) (int64, bool) {
 // [b[1], b[2]).
 type calendarWindows struct {
 	b    [4]int64
-	args []int64 // the calendar window's Limit: rate, then b
+	args []int64 // the calendar window's Limit: rate, then b, then their ordinals
 }
 
 func newCalendarWindows(l Limit, now time.Time) *calendarWindows {
@@ -178,11 +178,20 @@ func newCalendarWindows(l Limit, now time.Time) *calendarWindows {
 	if loc == nil {
 		loc = time.UTC
 	}
-	cur := l.Calendar.start(now, loc)
-	prev := l.Calendar.start(cur.Add(-time.Nanosecond), loc)
-	next := l.Calendar.next(cur)
-	w := &calendarWindows{b: [4]int64{prev.UnixMicro(), cur.UnixMicro(), next.UnixMicro(), l.Calendar.next(next).UnixMicro()}}
-	w.args = []int64{int64(l.Rate), w.b[0], w.b[1], w.b[2], w.b[3]}
+	c := l.Calendar
+	var s [4]time.Time
+	s[1] = c.start(now, loc)
+	s[0] = c.start(s[1].Add(-time.Nanosecond), loc)
+	s[2] = c.next(s[1])
+	s[3] = c.next(s[2])
+	w := &calendarWindows{args: []int64{int64(l.Rate)}}
+	for i, t := range s {
+		w.b[i] = t.UnixMicro()
+	}
+	w.args = append(w.args, w.b[:]...)
+	for _, t := range s {
+		w.args = append(w.args, c.ordinal(t))
+	}
 	return w
 }
 
