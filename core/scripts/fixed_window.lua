@@ -4,10 +4,10 @@
 -- months whose starts the client computes in its time zone and sends.
 --
 -- State    one string key: "<start> <count>" (period windows) or
---          "<start> <wend> <count> <ordinal>" (calendar windows): the
+--          "<start> <wend> <count>[ <ordinal>]" (calendar windows): the
 --          window's start and end µs, the units admitted in it (above rate
---          after the Limit was lowered, or in debt), and the window's
---          ordinal (a state written before ordinals has none)
+--          after the Limit was lowered, or in debt), and, for a debt
+--          (count above rate), the window's ordinal
 -- Limit    params (see limit in the prelude), period windows: period µs, rate units per window
 --          calendar windows: rate, then b1 < b2 < b3 < b4, the starts (µs)
 --          of four consecutive windows, the client's current one second,
@@ -231,8 +231,11 @@ function fw.take(key, v, p, n)
 end
 -- A debt that outlasts the windows the client named keeps its key 32 days
 -- (more than any calendar window) for each window more, so that it is not
--- forgiven by its key expiring.
+-- forgiven by its key expiring. Only a debt needs its window's ordinal:
+-- any other state is written as a library without ordinals reads it (one
+-- still running during a rolling deploy).
 function cw.save(st, p, reset, nonpeek)
+  if st.count <= p.rate then st.ord = nil end
   if st.i and st.count > p.rate then
     reset = min(2 ^ 52, reset + max(0, st.i + ceil(st.count / p.rate) - 4) * 2764800000000)
   end
