@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // records keeps "LEVEL message" for every log record.
@@ -183,6 +186,89 @@ func TestDefaultLoggerReportsOutage(t *testing.T) {
 	for _, r := range logs.take() {
 		if strings.HasPrefix(r, "WARN redis call failed") {
 			t.Errorf("WithLogger(nil) still logs: %s", r)
+		}
+	}
+}
+
+// TestRequestErrorsLeaveTheBreakerClosed: errors that are one request's
+// own (a state key of another type, a value redlimit did not write, a
+// calendar Limit whose windows Redis' clock is far from) fail that request
+// only: a run of them, longer than the default breaker's five failures,
+// never opens the circuit for the other keys.
+// Guards: "any other (a script's own error, ...) is the request's, and
+// says nothing of the other keys" (redisFault's godoc).
+func TestRequestErrorsLeaveTheBreakerClosed(t *testing.T) {
+	ctx := context.Background()
+	mr, rdb := redistest.Mini(t)
+	l, err := New(rdb, WithPrefix("brk"), WithTimeout(time.Minute), WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.breaker.span = 0 // the default breaker, its span of two timeouts not waited out
+	lim := PerMinute(10)
+	keyOf := func(key string) string {
+		return stateKeys(nil, l.prefix, escapeTag(key), lim.row(), 0)[0]
+	}
+	if err := rdb.RPush(ctx, keyOf("list"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Set(ctx, keyOf("corrupt"), "not a state", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	daily := Limit{Algorithm: FixedWindow, Rate: 10, Calendar: Daily}
+	for i := range 3 {
+		mr.SetTime(time.Now().Add(100 * time.Hour)) // three days from the client's
+		for _, tt := range []struct {
+			key   string
+			limit Limit
+		}{{"list", lim}, {"corrupt", lim}, {"skewed", daily}, {"list", lim}, {"corrupt", lim}, {"skewed", daily}} {
+			if _, err := l.Allow(ctx, tt.key, tt.limit); err == nil {
+				t.Fatalf("round %d, %s: no error", i, tt.key)
+			}
+		}
+		mr.SetTime(time.Now())
+		if r, err := l.Allow(ctx, fmt.Sprintf("other%d", i), lim); err != nil || !r.Allowed {
+			t.Fatalf("round %d: another key: %+v, %v; want admitted", i, r, err)
+		}
+	}
+}
+
+// replyError is an error reply as go-redis returns it (a redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// TestRedisFaultReplies: an error reply is Redis failing only when it says
+// the server cannot serve now; a network error or a timeout always is.
+func TestRedisFaultReplies(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{errDown, true},
+		{context.DeadlineExceeded, true},
+		{replyError("LOADING Redis is loading the dataset in memory"), true},
+		{replyError("BUSY Redis is busy running a script."), true},
+		{replyError("READONLY You can't write against a read only replica."), true},
+		{replyError("MASTERDOWN Link with MASTER is down"), true},
+		{replyError("CLUSTERDOWN The cluster is down"), true},
+		{replyError("TRYAGAIN Multiple keys request during rehashing of slot"), true},
+		{replyError("OOM command not allowed when used memory > 'maxmemory'."), true},
+		{replyError("ERR max number of clients reached"), true},
+		{replyError("NOAUTH Authentication required."), true},
+		{replyError("NOPERM User x has no permissions to run the 'fcall' command"), true},
+		{replyError("ERR user_script:38: redlimit: Redis TIME is more than a calendar window away from the client clock"), false},
+		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{replyError("ERR redlimit: brk:{k}:tb3 holds a value redlimit did not write"), false},
+		{replyError("BUSYKEY Target key name already exists."), false},
+		{replyError("CROSSSLOT Keys in request don't hash to the same slot"), false},
+	} {
+		for _, err := range []error{tt.err, fmt.Errorf("core: redis: %w", tt.err)} {
+			if got := redisFault(ctx, err); got != tt.want {
+				t.Errorf("redisFault(%q) = %v, want %v", err, got, tt.want)
+			}
 		}
 	}
 }

@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +122,133 @@ func TestCalendarDebt(t *testing.T) {
 	}
 }
 
+// windowStarts are the starts of lim's window that holds t and of the n
+// windows after it.
+func windowStarts(lim Limit, t time.Time, n int) []time.Time {
+	var s time.Time
+	if lim.Calendar == NoCalendar {
+		s = time.UnixMicro(t.UnixMicro() / lim.Period.Microseconds() * lim.Period.Microseconds())
+	} else {
+		loc := lim.Location
+		if loc == nil {
+			loc = time.UTC
+		}
+		s = lim.Calendar.start(t, loc)
+	}
+	out := []time.Time{s}
+	for range n {
+		if lim.Calendar == NoCalendar {
+			s = s.Add(lim.Period)
+		} else {
+			s = lim.Calendar.next(s)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// checkDebt takes 1 of key at t, settles (k+1) x Rate, and checks that
+// the key is refused from then through the k-th following window (at its
+// start and its last µs), and whole at the start of the one after.
+func checkDebt(t *testing.T, l *Limiter, mr *miniredis.Miniredis, set func(time.Time), key string, lim Limit, at time.Time, k int) {
+	t.Helper()
+	ctx := context.Background()
+	set(at)
+	taken, err := l.Allow(ctx, key, lim)
+	if err != nil || !taken.Allowed {
+		t.Fatalf("%s: take = %+v, %v", key, taken, err)
+	}
+	if _, err := l.Settle(ctx, key, lim, taken, (k+1)*lim.Rate); err != nil {
+		t.Fatalf("%s: Settle: %v", key, err)
+	}
+	w := windowStarts(lim, at, k+1)
+	state := stateKeys(nil, l.prefix, escapeTag(key), lim.row(), 0)[0]
+	if ttl := mr.TTL(state); k > 0 && ttl < w[k+1].Sub(at)-time.Millisecond {
+		t.Errorf("%s, debt of %d windows: the state expires in %v, before the debt is paid (%v)", key, k, ttl, w[k+1].Sub(at))
+	}
+	for m := 0; m <= k; m++ {
+		first := w[m]
+		if m == 0 {
+			first = at
+		}
+		for _, now := range []time.Time{first, w[m+1].Add(-time.Microsecond)} {
+			set(now)
+			r, err := l.Allow(ctx, key, lim)
+			if err != nil || r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > w[k+1].Sub(now) {
+				t.Fatalf("%s, debt of %d windows, at %v (window %d): %+v, %v; want refused, a wait of at most %v",
+					key, k, now, m, r, err, w[k+1].Sub(now))
+			}
+		}
+	}
+	set(w[k+1])
+	if r, err := l.AllowN(ctx, key, lim, lim.Rate); err != nil || !r.Allowed {
+		t.Fatalf("%s, debt of %d windows, at %v: AllowN(Rate) = %+v, %v; want the whole quota", key, k, w[k+1], r, err)
+	}
+}
+
+// TestCalendarDebtOfManyWindows: 100 per day (calendar), per month, and as
+// 24 h fixed windows, a request takes 10 and settles 1000: the key is
+// refused at the start of each of the 9 following windows, and admitted
+// in the 10th. A calendar debt once carried one window only.
+// Guards: "the windows carry what exceeds Rate into the following
+// windows, Rate in each" (Settle's godoc) for calendars.
+func TestCalendarDebtOfManyWindows(t *testing.T) {
+	ctx := context.Background()
+	_, l, set := calendarLimiter(t)
+	at := time.Date(2026, 1, 20, 15, 0, 0, 0, time.UTC)
+	for _, lim := range []Limit{
+		{Algorithm: FixedWindow, Rate: 100, Period: 24 * time.Hour},
+		{Algorithm: FixedWindow, Rate: 100, Calendar: Daily},
+		PerMonth(100, nil),
+	} {
+		key := lim.String()
+		set(at)
+		taken, err := l.AllowN(ctx, key, lim, 10)
+		if err != nil || !taken.Allowed {
+			t.Fatal(taken, err)
+		}
+		if _, err := l.Settle(ctx, key, lim, taken, 1000); err != nil {
+			t.Fatal(err)
+		}
+		w := windowStarts(lim, at, 10)
+		for m := 1; m <= 9; m++ {
+			set(w[m])
+			if r, err := l.Allow(ctx, key, lim); err != nil || r.Allowed {
+				t.Errorf("%s: window %d after the debt of 900: %+v, %v; want refused", lim, m, r, err)
+			}
+		}
+		set(w[10])
+		if r, err := l.AllowN(ctx, key, lim, 100); err != nil || !r.Allowed {
+			t.Errorf("%s: window 10 after the debt: AllowN(100) = %+v, %v; want admitted", lim, r, err)
+		}
+	}
+}
+
+// TestCalendarDebtSweep walks debts of 0 to 12 windows under days, ISO
+// weeks and months in zones whose clocks change (across their changes):
+// each is refused through its k-th following window, at its start and
+// its last µs, with a wait no longer than the debt's, and the state
+// outlives the debt.
+func TestCalendarDebtSweep(t *testing.T) {
+	mr, l, set := calendarLimiter(t)
+	starts := map[string]time.Time{
+		"America/Santiago":    time.Date(2024, 9, 3, 18, 0, 0, 0, time.UTC),
+		"America/Havana":      time.Date(2026, 3, 5, 18, 0, 0, 0, time.UTC),
+		"Atlantic/Azores":     time.Date(2026, 3, 25, 18, 0, 0, 0, time.UTC),
+		"Europe/Berlin":       time.Date(2026, 10, 20, 18, 0, 0, 0, time.UTC),
+		"Australia/Lord_Howe": time.Date(2026, 4, 1, 18, 0, 0, 0, time.UTC),
+	}
+	for name, at := range starts {
+		loc := mustLocation(t, name)
+		for _, c := range []Calendar{Daily, Weekly, Monthly} {
+			for k := range 13 {
+				lim := Limit{Algorithm: FixedWindow, Rate: 3, Calendar: c, Location: loc}
+				checkDebt(t, l, mr, set, fmt.Sprintf("%s %s %d", name, c, k), lim, at, k)
+			}
+		}
+	}
+}
+
 // TestCalendarClockSkew: the windows come from the application's clock,
 // and Redis' clock may be up to a window away from it either way; further,
 // the call fails, naming the skew, rather than count in a wrong window.
@@ -168,5 +297,31 @@ func TestCalendarText(t *testing.T) {
 		if err := l.UnmarshalText([]byte(bad)); err == nil {
 			t.Errorf("%q parsed as %+v, want an error", bad, l)
 		}
+	}
+}
+
+// TestCalendarSkippedMidnight: America/Santiago skipped 2024-09-08's
+// midnight (00:00 became 01:00). 10 per day, a decision every half hour
+// from the 7th at noon to the 9th at noon: none fails, and each calendar
+// day admits 10, the 8th from 01:00.
+// Guards: Daily's "from the instant it jumps past it".
+func TestCalendarSkippedMidnight(t *testing.T) {
+	ctx := context.Background()
+	santiago := mustLocation(t, "America/Santiago")
+	_, l, set := calendarLimiter(t)
+	lim := Limit{Algorithm: FixedWindow, Rate: 10, Calendar: Daily, Location: santiago}
+	admitted := map[int]int{}
+	for at := time.Date(2024, 9, 7, 12, 0, 0, 0, santiago); !at.After(time.Date(2024, 9, 9, 12, 0, 0, 0, santiago)); at = at.Add(30 * time.Minute) {
+		set(at)
+		r, err := l.Allow(ctx, "k", lim)
+		if err != nil {
+			t.Fatalf("at %v: %v", at, err)
+		}
+		if r.Allowed {
+			admitted[at.Day()]++
+		}
+	}
+	if want := map[int]int{7: 10, 8: 10, 9: 10}; !maps.Equal(admitted, want) {
+		t.Errorf("admitted per day %v, want %v", admitted, want)
 	}
 }

@@ -160,12 +160,13 @@ func (l *Limiter) wrap(ctx context.Context, err error) error {
 
 // redisFault is the one classifier of the errors core returns: it reports
 // whether err means Redis failed (it did not answer within the timeout,
-// refused the connection, answered with an error or a reply the scripts
-// never send, or the circuit is open), rather than the call being wrong or
-// the caller giving up. The breaker counts, the local fallback answers,
-// and the error wraps ErrUnavailable (see classified) exactly when it
-// reports true, so httplimit, grpclimit and users ask it through
-// errors.Is(err, ErrUnavailable). In order:
+// refused the connection, answered with a reply the scripts never send or
+// with an error reply that says it cannot serve now, or the circuit is
+// open), rather than the call being wrong or the caller giving up. The
+// breaker counts, the local fallback answers, and the error wraps
+// ErrUnavailable (see classified) exactly when it reports true, so
+// httplimit, grpclimit and users ask it through errors.Is(err,
+// ErrUnavailable). In order:
 //
 //   - nil: false;
 //   - an error that wraps ErrUnavailable (the circuit, or classified
@@ -174,8 +175,13 @@ func (l *Limiter) wrap(ctx context.Context, err error) error {
 //     ErrClosed) and ErrWaitExceedsDeadline (a refusal): false;
 //   - any error once the caller's ctx has ended (its cancel or deadline,
 //     not the Limiter's timeout): false;
+//   - an error reply: true only when it says the server cannot serve any
+//     key now (see unavailableReply); any other (a script's own error, as
+//     a Redis clock a calendar window away; WRONGTYPE; a value redlimit did
+//     not write) is the request's, and says nothing of the other keys;
 //   - anything else: true.
 func redisFault(ctx context.Context, err error) bool {
+	var reply redis.Error
 	switch {
 	case err == nil:
 		return false
@@ -187,6 +193,8 @@ func redisFault(ctx context.Context, err error) bool {
 	case ctx.Err() != nil:
 		// The caller's context ended, not our timeout.
 		return false
+	case errors.As(err, &reply):
+		return unavailableReply(reply.Error())
 	}
 	return true
 }
@@ -210,3 +218,20 @@ type unavailable struct{ err error }
 func (e unavailable) Error() string        { return e.err.Error() }
 func (e unavailable) Unwrap() error        { return e.err }
 func (e unavailable) Is(target error) bool { return target == ErrUnavailable }
+
+// unavailableReplies begin the error replies that say the server cannot
+// serve any key now: loading its data, busy with a script, a replica or a
+// Cluster without its master, unable to persist, out of memory or of
+// clients, or refusing this client (authentication, permissions).
+var unavailableReplies = []string{"LOADING ", "BUSY ", "READONLY ", "MASTERDOWN ", "CLUSTERDOWN ", "TRYAGAIN ",
+	"NOREPLICAS ", "MISCONF ", "OOM ", "max number of clients", "NOAUTH ", "WRONGPASS ", "NOPERM "}
+
+func unavailableReply(reply string) bool {
+	reply = strings.TrimPrefix(reply, "ERR ")
+	for _, p := range unavailableReplies {
+		if strings.HasPrefix(reply, p) {
+			return true
+		}
+	}
+	return false
+}

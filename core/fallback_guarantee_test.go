@@ -501,7 +501,7 @@ func TestFallbackOutageSwitch(t *testing.T) {
 		t.Fatalf("Redis admitted %d of 20, want 20", got)
 	}
 
-	mr.SetError("down")
+	mr.SetError("MASTERDOWN Link with MASTER is down") // what a replica answers
 	began := time.Now()
 	total := map[string]int{}
 	receipts := map[string][]Result{}

@@ -170,18 +170,22 @@ func leakyBucketState(v string, _ int64) ([]inspect.Field, error) {
 	return []inspect.Field{{Name: "queued", Value: float64(n[0]) / float64(n[2])}, instant("at", n[1])}, nil
 }
 
-// fixedWindowState: "<start> <count>", or "<start> <end> <count>" for a
-// calendar window.
+// fixedWindowState: "<start> <count>", or "<start> <end> <count>[ <ordinal>]"
+// for a calendar window (the ordinal only while it holds a debt).
 func fixedWindowState(v string, now int64) ([]inspect.Field, error) {
-	n, err := stateInts(v, 2, 3)
+	n, err := stateInts(v, 2, 4)
 	if err != nil {
 		return nil, err
 	}
 	fields := []inspect.Field{instant("window_start", n[0])}
-	if len(n) == 3 {
-		fields = append(fields, instant("window_end", n[1]))
+	if len(n) >= 3 {
+		fields = append(fields, instant("window_end", n[1]), count("count", n[2]))
+	} else {
+		fields = append(fields, count("count", n[1]))
 	}
-	fields = append(fields, count("count", n[len(n)-1]))
+	if len(n) == 4 { // a calendar debt: it refuses through ordinal + ceil(count/Rate) - 1
+		fields = append(fields, count("window_ordinal", n[3]))
+	}
 	return ahead(fields, n[0], now), nil
 }
 

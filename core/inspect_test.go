@@ -100,7 +100,7 @@ func TestInspectMatchesDecisions(t *testing.T) {
 						if got := used(t, st, lim.Capacity()); math.Floor(got) != float64(want.used) && !debt {
 							t.Errorf("%s: used %v, want %d (capacity %d - Remaining %d)", st.Key, got, want.used, lim.Capacity(), want.remaining)
 						}
-						checkDebt(t, st, lim, debt)
+						checkStateDebt(t, st, lim, debt)
 						for _, st := range states {
 							if st.TTL <= 0 {
 								t.Errorf("%s: TTL %v, want one", st.Key, st.TTL)
@@ -158,9 +158,9 @@ func inspectTake(t *testing.T, l *Limiter, lim Limit, taken, layer int, after st
 	return takenState{used: lim.Capacity() - last.Remaining, remaining: last.Remaining}
 }
 
-// checkDebt checks that a settled debt shows in st as the script keeps it:
+// checkStateDebt checks that a settled debt shows in st as the script keeps it:
 // negative tokens, a queue beyond capacity, or a window ahead of the clock.
-func checkDebt(t *testing.T, st inspect.State, lim Limit, debt bool) {
+func checkStateDebt(t *testing.T, st inspect.State, lim Limit, debt bool) {
 	t.Helper()
 	d, hasDebt := field(st, "debt")
 	_, hasUntil := field(st, "debt_until")
@@ -172,6 +172,11 @@ func checkDebt(t *testing.T, st inspect.State, lim Limit, debt bool) {
 	case lim.Algorithm == LeakyBucket:
 		if q, _ := field(st, "queued"); debt && q <= float64(lim.Capacity()) {
 			t.Errorf("%s: queued %v, want beyond the capacity %d in debt", st.Key, q, lim.Capacity())
+		}
+	case lim.Calendar != NoCalendar:
+		// A calendar debt stays in its window, whose number marks it.
+		if _, hasOrdinal := field(st, "window_ordinal"); hasOrdinal != debt {
+			t.Errorf("%s: window_ordinal shown %v in %+v, want %v", st.Key, hasOrdinal, st.Fields, debt)
 		}
 	case lim.Algorithm != Concurrency:
 		if hasUntil != debt {

@@ -268,7 +268,11 @@ func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, taken Res
 // is left, as a debt that later requests wait out at the Limit's rate (the
 // buckets run below empty; the windows carry what exceeds Rate into the
 // following windows, Rate in each, and refuse every request until the
-// last of them begins). It returns what the key has left after the
+// last of them begins: a debt of k x Rate beyond the window's own Rate
+// refuses through the k-th following window, calendar days, ISO weeks and
+// months alike; a calendar debt's RetryAfter and ResetAfter reach no
+// further than the start of the second following window, where a request
+// learns the rest). It returns what the key has left after the
 // correction. used may be 0 (Refund); used < 0 is ErrInvalidCost. A zero
 // taken charges all of used. Concurrency permits have no cost: Settle
 // leaves them alone. The receipt rules of Refund hold: settle taken once.

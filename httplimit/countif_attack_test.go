@@ -156,7 +156,7 @@ func TestFallbackYearlyShareHeaders(t *testing.T) {
 	year := 365 * 24 * time.Hour
 	limit := core.Limit{Rate: 1, Period: (1 << 46) * time.Microsecond, Burst: 300}
 	p := mustNew(t, Config{Limiter: l, Limit: limit, Headers: Headers{XRateLimit{}, IETF{}}})
-	mr.SetError("down")
+	mr.SetError("MASTERDOWN Link with MASTER is down") // what a replica answers
 	before := time.Now()
 	if d, _ := decide(p, from("192.0.2.44")); d.Outcome != OutcomeAllowed || !d.Result.Fallback {
 		t.Fatalf("outcome %v, Result %+v: want the share's one unit admitted in fallback", d.Outcome, d.Result)
@@ -223,7 +223,7 @@ func TestFallbackShareBelowOneUnitFailPolicy(t *testing.T) {
 	mr, rdb := redistest.Mini(t)
 	l := newLimiter(t, rdb, core.WithLocalFallback(20, 16), core.WithBreaker(0, 0))
 	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 10, Period: time.Minute}
-	mr.SetError("down")
+	mr.SetError("MASTERDOWN Link with MASTER is down")
 	for _, c := range []struct {
 		fail FailPolicy
 		want Outcome

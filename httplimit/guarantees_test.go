@@ -120,7 +120,7 @@ func TestInFlightRenewedWhileHandlerRuns(t *testing.T) {
 func TestInFlightFailOpenServesWithoutPermit(t *testing.T) {
 	mr, _, l := mini(t)
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, Fail: FailOpen})
-	mr.SetError("redis is down")
+	mr.SetError("MASTERDOWN Link with MASTER is down")
 	open := p.Decide(from("192.0.2.1"))
 	if open.Outcome != OutcomeFailedOpen || !open.Proceed() {
 		t.Fatalf("with Redis down: %v, Proceed %v (err %v); want failed open and served", open.Outcome, open.Proceed(), open.Err)
@@ -263,7 +263,7 @@ func TestReportCostFalseAfterFailingOpen(t *testing.T) {
 		t.Fatalf("Redis up: WantsFinish %v, ReportCost false; want a cost to settle", up.WantsFinish())
 	}
 	up.Finish(http.StatusOK)
-	mr.SetError("redis is down")
+	mr.SetError("MASTERDOWN Link with MASTER is down")
 	d := p.Decide(from("192.0.2.1"))
 	if d.Outcome != OutcomeFailedOpen || !d.Proceed() {
 		t.Fatalf("Redis down: %v, Proceed %v (err %v); want failed open", d.Outcome, d.Proceed(), d.Err)

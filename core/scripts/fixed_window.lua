@@ -4,23 +4,29 @@
 -- months whose starts the client computes in its time zone and sends.
 --
 -- State    one string key: "<start> <count>" (period windows) or
---          "<start> <wend> <count>" (calendar windows): the window's start
---          and end µs, the units admitted in it (above rate after the Limit
---          was lowered, or in debt)
+--          "<start> <wend> <count>[ <ordinal>]" (calendar windows): the
+--          window's start and end µs, the units admitted in it (above rate
+--          after the Limit was lowered, or in debt), and, for a debt
+--          (count above rate), the window's ordinal
 -- Limit    params (see limit in the prelude), period windows: period µs, rate units per window
 --          calendar windows: rate, then b1 < b2 < b3 < b4, the starts (µs)
---          of four consecutive windows, the client's current one second
+--          of four consecutive windows, the client's current one second,
+--          then o1 < o2 < o3 < o4, their ordinals (the days, ISO weeks or
+--          months since 1970 of the dates that name them)
 --
 -- The counter lives beside its window's start, not in a key per window, so
 -- a longer period extends the current window instead of opening a fresh
 -- one. A state whose window lies ahead of Redis' clock refuses every
 -- request until the clock reaches it: it holds a debt (CHARGE) carried
--- into later windows, or Redis' clock stepped back. A REFUND counts its
+-- into later windows, or Redis' clock stepped back. A calendar debt stays
+-- in its window instead, and the windows after it pay it, rate in each,
+-- counted by their ordinals (see cw.load): the client names only four
+-- windows, and a debt may outlast them. A REFUND counts its
 -- units out only if they were taken in the state's window: units of a
 -- window that has ended left with it. retry_after and reset_after are
 -- measured from Redis' clock.
 local fw = {nkeys = 1, nparams = 2}
-local cw = {nkeys = 1, nparams = 5}
+local cw = {nkeys = 1, nparams = 9}
 
 function fw.params(args, a)
   return {period = tonumber(args[a]), rate = tonumber(args[a + 1])}
@@ -28,18 +34,19 @@ end
 
 function cw.params(args, a)
   return {rate = tonumber(args[a]),
-    b = {tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3]), tonumber(args[a + 4])}}
+    b = {tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3]), tonumber(args[a + 4])},
+    o = {tonumber(args[a + 5]), tonumber(args[a + 6]), tonumber(args[a + 7]), tonumber(args[a + 8])}}
 end
 
--- cw_window returns the calendar window holding t.
+-- cw_window returns the index in p.b of the calendar window holding t.
 local function cw_window(p, t)
   local b = p.b
   if t < b[1] or t >= b[4] then
     error('redlimit: Redis TIME is more than a calendar window away from the client clock')
   end
-  if t < b[2] then return b[1], b[2] end
-  if t < b[3] then return b[2], b[3] end
-  return b[3], b[4]
+  if t < b[2] then return 1 end
+  if t < b[3] then return 2 end
+  return 3
 end
 
 -- fw_at is the window that state value v (nil: no state) counts in at
@@ -63,18 +70,29 @@ function fw.load(keys, k, vals, p)
   return {key = keys[k], start = start, wend = wend, count = count, ahead = ahead, found = vals[k] ~= nil, dirty = false}
 end
 
+-- cw.load's state is the clock's window (st.i its index in p.b), or a
+-- window ahead. A debt of a window that has ended, count above rate, is
+-- carried into it: each window since has paid rate of it.
 function cw.load(keys, k, vals, p)
-  local st = {key = keys[k], count = 0}
-  st.start, st.wend = cw_window(p, clock)
+  local i = cw_window(p, clock)
+  local st = {key = keys[k], count = 0, i = i, start = p.b[i], wend = p.b[i + 1], ord = p.o[i]}
   local v = vals[k]
   if not v then return st end
-  local start, wend, count = match(v, '^(%d+) (%d+) (%d+)$')
+  local start, wend, count, ord = match(v, '^(%d+) (%d+) (%d+) ?(%d*)$')
   if not count then corrupt(keys[k]) end
-  wend = tonumber(wend)
+  wend, count, ord = tonumber(wend), tonumber(count), tonumber(ord)
   st.found = true
   if clock < wend then
-    st.start, st.wend, st.count = tonumber(start), wend, tonumber(count)
+    st.start, st.wend, st.count, st.i, st.ord = tonumber(start), wend, count, nil, ord
+    for j = 1, 4 do
+      if p.b[j] == st.start then
+        st.i = j
+        st.ord = p.o[j]
+      end
+    end
     st.ahead = st.start > clock
+  elseif ord and count > p.rate then
+    st.count = max(0, count - max(1, st.ord - ord) * p.rate)
   end
   return st
 end
@@ -85,19 +103,6 @@ function fw.carry(st, p)
   local k = min(ceil(st.count / p.rate) - 1, floor((2 ^ 52 - st.wend) / p.period))
   st.start, st.wend = st.start + k * p.period, st.wend + k * p.period
   st.count = st.count - k * p.rate
-end
-
--- A calendar window knows the next window's end only when the client sent
--- it: a debt carries one window at most.
-function cw.carry(st, p)
-  local b = p.b
-  for i = 2, 3 do
-    if st.wend == b[i] then
-      st.start, st.wend = b[i], b[i + 1]
-      st.count = st.count - p.rate
-      return
-    end
-  end
 end
 
 -- window_waits are retry_after for need units (0: none refused), reset_after
@@ -117,6 +122,22 @@ local function window_waits(p, start, wend, count, ahead, need)
   return retry, reset, remaining
 end
 
+function fw.waits(p, st, count, need)
+  return window_waits(p, st.start, st.wend, count, st.ahead, need)
+end
+
+-- A calendar debt's waits: the m-th window after the state's counts
+-- count - m * rate. They reach no further than the last window the client
+-- named: a request then learns the rest.
+function cw.waits(p, st, count, need)
+  if count <= p.rate or st.ahead or not st.i then
+    return window_waits(p, st.start, st.wend, count, st.ahead, need)
+  end
+  local retry, last = 0, min(4, st.i + ceil(count / p.rate))
+  if need > 0 then retry = p.b[min(last, st.i + ceil((count + need - p.rate) / p.rate))] - clock end
+  return retry, p.b[last] - clock, 0
+end
+
 -- window_decide decides for both: A is fw or cw.
 local function window_decide(A, st, p, n, mode, stamp)
   local count, granted = st.count, 0
@@ -134,7 +155,7 @@ local function window_decide(A, st, p, n, mode, stamp)
   if granted > 0 and mode ~= PEEK then count = count + granted end
   if count ~= st.count then
     st.count, st.dirty = count, true
-    if mode == CHARGE and count > p.rate then
+    if mode == CHARGE and count > p.rate and A.carry then
       A.carry(st, p)
       st.ahead = st.start > clock
       count = st.count
@@ -142,7 +163,7 @@ local function window_decide(A, st, p, n, mode, stamp)
   end
   local need = 0
   if granted == 0 and mode == ATMOST then need = 1 elseif granted == 0 and mode <= ATMOST then need = n end
-  local retry, reset, remaining = window_waits(p, st.start, st.wend, count, st.ahead, need)
+  local retry, reset, remaining = A.waits(p, st, count, need)
   return granted, remaining, retry, reset, 0
 end
 
@@ -158,7 +179,8 @@ local function fw_encode(st)
 end
 
 local function cw_encode(st)
-  return fmt('%d %d %d', st.start, st.wend, st.count)
+  if not st.ord then return fmt('%d %d %d', st.start, st.wend, st.count) end
+  return fmt('%d %d %d %d', st.start, st.wend, st.count, st.ord)
 end
 
 function fw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, fw_encode) end
@@ -207,7 +229,18 @@ function fw.take(key, v, p, n)
   end
   return granted, remaining, retry, reset, 0
 end
-function cw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, cw_encode) end
+-- A debt that outlasts the windows the client named keeps its key 32 days
+-- (more than any calendar window) for each window more, so that it is not
+-- forgiven by its key expiring. Only a debt needs its window's ordinal:
+-- any other state is written as a library without ordinals reads it (one
+-- still running during a rolling deploy).
+function cw.save(st, p, reset, nonpeek)
+  if st.count <= p.rate then st.ord = nil end
+  if st.i and st.count > p.rate then
+    reset = min(2 ^ 52, reset + max(0, st.i + ceil(st.count / p.rate) - 4) * 2764800000000)
+  end
+  persist(st, reset, nonpeek, cw_encode)
+end
 
 algorithms[4] = fw
 algorithms[7] = cw
