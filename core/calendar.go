@@ -199,3 +199,20 @@ func (w *calendarWindows) holds(now time.Time) bool {
 	us := now.UnixMicro()
 	return us >= w.b[1] && us < w.b[2]
 }
+
+// Window is the calendar window of l that holds t: its first instant and
+// the first instant of the next window, in l's Location (UTC when nil).
+// ok is false for a Limit without a Calendar. A day whose midnight a clock
+// change skips starts when the clock jumps past it, so a window may be 23
+// or 25 hours long, or shorter still; end is always after start.
+func (l Limit) Window(t time.Time) (start, end time.Time, ok bool) {
+	if l.Calendar == NoCalendar || !l.Calendar.known() {
+		return time.Time{}, time.Time{}, false
+	}
+	loc := l.Location
+	if loc == nil {
+		loc = time.UTC
+	}
+	start = l.Calendar.start(t, loc)
+	return start, l.Calendar.next(start), true
+}

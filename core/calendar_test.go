@@ -325,3 +325,26 @@ func TestCalendarSkippedMidnight(t *testing.T) {
 		t.Errorf("admitted per day %v, want %v", admitted, want)
 	}
 }
+
+// TestLimitWindow: Window is the window the scripts count in, on a day
+// whose midnight is skipped too (Santiago's 2024-09-08 starts at 01:00 and
+// lasts 23 hours), and nothing for a Limit without a Calendar.
+func TestLimitWindow(t *testing.T) {
+	santiago, err := time.LoadLocation("America/Santiago")
+	if err != nil {
+		t.Skipf("no tzdata: %v", err)
+	}
+	daily := Limit{Algorithm: FixedWindow, Rate: 10, Calendar: Daily, Location: santiago}
+	start, end, ok := daily.Window(time.Date(2024, 9, 8, 12, 0, 0, 0, santiago))
+	if wantStart := time.Date(2024, 9, 8, 4, 0, 0, 0, time.UTC); !ok || !start.Equal(wantStart) || end.Sub(start) != 23*time.Hour {
+		t.Errorf("Santiago 2024-09-08: %v to %v (%t), want %v for 23h", start, end, ok, wantStart)
+	}
+	monthly := PerMonth(100, nil)
+	start, end, ok = monthly.Window(time.Date(2024, 2, 10, 0, 0, 0, 0, time.UTC))
+	if !ok || !start.Equal(time.Date(2024, 2, 1, 0, 0, 0, 0, time.UTC)) || !end.Equal(time.Date(2024, 3, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("February 2024 in UTC: %v to %v (%t)", start, end, ok)
+	}
+	if _, _, ok := PerMinute(10).Window(time.Now()); ok {
+		t.Error("PerMinute(10).Window: ok, want none: it has no calendar")
+	}
+}

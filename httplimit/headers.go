@@ -213,22 +213,7 @@ func advertise(l core.Limit, now time.Time) (q, w int64) {
 
 // calendarSeconds is the length of the calendar window holding now.
 func calendarSeconds(l core.Limit, now time.Time) int64 {
-	loc := l.Location
-	if loc == nil {
-		loc = time.UTC
-	}
-	t := now.In(loc)
-	y, m, d := t.Date()
-	var start, end time.Time
-	switch l.Calendar {
-	case core.Monthly:
-		start, end = time.Date(y, m, 1, 0, 0, 0, 0, loc), time.Date(y, m+1, 1, 0, 0, 0, 0, loc)
-	case core.Weekly:
-		d -= (int(t.Weekday()) + 6) % 7
-		start, end = time.Date(y, m, d, 0, 0, 0, 0, loc), time.Date(y, m, d+7, 0, 0, 0, 0, loc)
-	default:
-		start, end = time.Date(y, m, d, 0, 0, 0, 0, loc), time.Date(y, m, d+1, 0, 0, 0, 0, loc)
-	}
+	start, end, _ := l.Window(now)
 	return int64(end.Sub(start) / time.Second)
 }
 

@@ -274,3 +274,17 @@ func TestIETFRateLimitParses(t *testing.T) {
 		t.Errorf("member = %v", m)
 	}
 }
+
+// TestIETFCalendarWindowSkippedMidnight: the w a calendar day advertises is
+// the day core counts in. Santiago's 2024-09-08 has no midnight and lasts
+// 23 hours; computed apart from core, it read as 24.
+func TestIETFCalendarWindowSkippedMidnight(t *testing.T) {
+	santiago, err := time.LoadLocation("America/Santiago")
+	if err != nil {
+		t.Skipf("no tzdata: %v", err)
+	}
+	daily := core.Limit{Algorithm: core.FixedWindow, Rate: 10, Calendar: core.Daily, Location: santiago}
+	if _, w := advertise(daily, time.Date(2024, 9, 8, 12, 0, 0, 0, santiago)); w != 23*3600 {
+		t.Errorf("w = %d s, want %d (23 hours)", w, 23*3600)
+	}
+}
