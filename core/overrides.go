@@ -28,9 +28,10 @@ import (
 // (ContextTimeoutEnabled). The cache holds the 10000 names used most
 // recently. An Overrides is safe for concurrent use.
 type Overrides struct {
-	rdb    redis.UniversalClient
-	prefix string
-	maxAge time.Duration
+	rdb     redis.UniversalClient
+	prefix  string
+	maxAge  time.Duration
+	timeout time.Duration // of one read: overridesTimeout (tests set their own)
 
 	mu      sync.Mutex
 	max     int
@@ -74,7 +75,7 @@ func NewOverrides(rdb redis.UniversalClient, prefix string, maxAge time.Duration
 	if maxAge == 0 {
 		maxAge = time.Second
 	}
-	return &Overrides{rdb: rdb, prefix: overridesPrefix(prefix), maxAge: maxAge,
+	return &Overrides{rdb: rdb, prefix: overridesPrefix(prefix), maxAge: maxAge, timeout: overridesTimeout,
 		max: overridesMaxKeys, cache: make(map[string]*list.Element), reading: make(map[string]*overrideRead)}, nil
 }
 
@@ -144,7 +145,7 @@ func (o *Overrides) Get(ctx context.Context, name string) (limit Limit, found bo
 // rd's callers; last is what was known before.
 func (o *Overrides) read(ctx context.Context, name string, last cachedLimit, rd *overrideRead) {
 	now := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, overridesTimeout)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	rd.limit, rd.found = last.limit, last.found
 	v, err := o.rdb.Get(ctx, o.key(name)).Result()

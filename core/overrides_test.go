@@ -20,6 +20,10 @@ func opsOverrides(t testing.TB, rdb redis.UniversalClient, prefix string, maxAge
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A patient read: these tests check what is cached and read, not how
+	// fast, on a machine that runs every package's tests at once (one read
+	// in thousands took over 50 ms under -race there).
+	o.timeout = 10 * time.Second
 	return o
 }
 
