@@ -92,6 +92,6 @@ func Example_nearLimit() {
 	}
 	// Output:
 	// redlimit.decisions{algorithm=token_bucket,outcome=allowed,policy=api} 10
-	// redlimit.decisions{algorithm=token_bucket,outcome=denied,policy=api} 1
+	// redlimit.decisions{algorithm=token_bucket,outcome=denied,policy=api,refused_by=0} 1
 	// redlimit.near_limit{algorithm=token_bucket,policy=api} 3
 }
