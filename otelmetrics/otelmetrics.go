@@ -1,6 +1,6 @@
 // Package otelmetrics records the decisions of httplimit Policies, and
-// the health of their Redis, as OpenTelemetry metrics. An Observer is an
-// httplimit.Observer:
+// the health of their Redis, as OpenTelemetry metrics, and, if asked, in
+// the requests' traces. An Observer is an httplimit.Observer:
 //
 //	o, err := otelmetrics.New(otel.Meter("github.com/redlimit/redlimit"), otelmetrics.WithLimiter(limiter))
 //	if err != nil { ... }
@@ -40,8 +40,15 @@
 // unbounded, and so would the series be. Policy names should be a fixed set
 // chosen in code, not derived from requests.
 //
+// With WithTracerProvider each decision is also a span, a child of the
+// request's, and with WithRequestSpan attributes of the request's own span:
+// the policy, algorithm, outcome, which limit refused, whether it failed
+// open, was cached, leased or decided by the fallback, and its latency.
+// The key is left out unless WithKeyAttribute asks for it.
+//
 // This package is a module of its own: users who do not import it never
-// download OpenTelemetry.
+// download OpenTelemetry. It uses the OpenTelemetry API only: the
+// application chooses the SDK.
 package otelmetrics
 
 import (
@@ -53,6 +60,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
@@ -79,9 +87,12 @@ const (
 type Option func(*config)
 
 type config struct {
-	namespace string
-	buckets   []float64
-	limiter   *core.Limiter
+	namespace      string
+	buckets        []float64
+	limiter        *core.Limiter
+	tracerProvider trace.TracerProvider
+	requestSpan    bool
+	keyAttribute   bool
 }
 
 // WithNamespace sets the first part of every instrument name, joined by a
@@ -116,6 +127,7 @@ type Observer struct {
 	duration    metric.Float64Histogram
 	cacheHits   metric.Int64Counter
 	fallbacks   metric.Int64Counter
+	tracing     *tracing // nil: no traces
 
 	// policies maps a policy name to its precomputed options. It is copied
 	// on write: policies are few and seen early, reads are on every request.
@@ -163,7 +175,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		}
 		return cfg.namespace + "." + s
 	}
-	o := &Observer{}
+	o := &Observer{tracing: newTracing(cfg)}
 	var err error
 	counter := func(dst *metric.Int64Counter, n, unit, desc string) {
 		if err != nil {
@@ -264,6 +276,9 @@ func (o *Observer) Observe(d httplimit.Decision) {
 	}
 	if d.Result.Fallback {
 		o.fallbacks.Add(ctx, 1, p.policy...)
+	}
+	if o.tracing != nil {
+		o.tracing.record(&d)
 	}
 }
 
