@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // TestRefusedBySweep walks the limits that can refuse a request (the
 // Limit alone, the Limit or a layer of several, both with different
 // waits, the InFlight permit, the Global), each with and without DryRun,
-// and ends each with Redis failing. For every decision it checks RefusedBy,
+// with and without a deny cache, and ends each with Redis failing. For every decision it checks RefusedBy,
 // what the Observer is told, and the headers: the RateLimit member named
 // "<Name>-<RefusedBy>" (the Name alone for a single layer) is the one
 // refused, r=0 and t the Retry-After (sent unless a dry run), and X-RateLimit-Limit is the
@@ -59,15 +60,25 @@ func TestRefusedBySweep(t *testing.T) {
 			admit("192.0.2.1"), admit("192.0.2.2"), {"192.0.2.3", false, "global", `"api-global"`, "2"}}},
 	}
 	for _, tt := range tests {
-		for _, dryRun := range []bool{false, true} {
-			t.Run(tt.name+"/dryrun="+strconv.FormatBool(dryRun), func(t *testing.T) {
-				mr, _, l := mini(t)
+		for _, opts := range []struct{ dryRun, denyCache bool }{{false, false}, {true, false}, {false, true}, {true, true}} {
+			t.Run(tt.name+"/dryrun="+strconv.FormatBool(opts.dryRun)+",denycache="+strconv.FormatBool(opts.denyCache), func(t *testing.T) {
+				mr, rdb := redistest.Mini(t)
+				var l *core.Limiter
+				if opts.denyCache {
+					l = newLimiter(t, rdb, core.WithDenyCache(100))
+				} else {
+					l = newLimiter(t, rdb)
+				}
+				dryRun := opts.dryRun
 				var obs observed
 				cfg := tt.cfg
 				cfg.Limiter, cfg.Name, cfg.DryRun, cfg.Observer = l, "api", dryRun, &obs
 				cfg.Headers = Headers{XRateLimit{}, IETF{}}
 				p := mustNew(t, cfg)
-				for i, s := range tt.steps {
+				// The refusal once more: the deny cache's answer, if on,
+				// names the same limit.
+				steps := append(tt.steps, tt.steps[len(tt.steps)-1])
+				for i, s := range steps {
 					name := "request " + strconv.Itoa(i+1)
 					d, h := decide(p, from(s.ip))
 					if !s.hold && d.WantsFinish() {
@@ -77,9 +88,13 @@ func TestRefusedBySweep(t *testing.T) {
 					if got := obs.decisions[len(obs.decisions)-1].RefusedBy; got != d.RefusedBy {
 						t.Errorf("%s: the Observer was told RefusedBy %q, the Decision says %q", name, got, d.RefusedBy)
 					}
+					if again := i == len(steps)-1; again && opts.denyCache && cfg.InFlight == 0 && s.refusedBy != "global" && !d.Result.Cached {
+						t.Errorf("%s: the deny cache did not answer the refusal again", name)
+					}
 				}
 				mr.SetError("ERR the test's fault")
-				if d := p.Decide(from("192.0.2.1")); d.Err == nil || d.RefusedBy != "" {
+				// A client with no denial cached: Redis is asked.
+				if d := p.Decide(from("192.0.2.9")); d.Err == nil || d.RefusedBy != "" {
 					t.Errorf("Redis failing: %v (err %v), RefusedBy %q; want a failure and none", d.Outcome, d.Err, d.RefusedBy)
 				}
 			})
