@@ -13,14 +13,15 @@ import (
 )
 
 // TestRefusedBySweep walks the limits that can refuse a request (the
-// Limit alone, the Limit or a layer of several, both with different
-// waits, the InFlight permit, the Global), each with and without DryRun,
-// with and without a deny cache, and ends each with Redis failing. For every decision it checks RefusedBy,
-// what the Observer is told, and the headers: the RateLimit member named
-// "<Name>-<RefusedBy>" (the Name alone for a single layer) is the one
-// refused, r=0 and t the Retry-After (sent unless a dry run), and X-RateLimit-Limit is the
-// capacity of the refusing layer (of the strictest rate layer when only
-// the permit refuses, as Result reports it).
+// Limit alone, the Limit or a layer of several, two with different waits,
+// the InFlight permit, the Global), each with and without DryRun and a
+// deny cache, repeats the refusal, and ends with Redis failing. For every
+// decision it checks RefusedBy, what the Observer is told, and the
+// headers: the RateLimit member named "<Name>-<RefusedBy>" (the Name alone
+// for a single layer) is the one refused, r=0 and t the Retry-After (sent
+// unless a dry run), and X-RateLimit-Limit is the capacity of the refusing
+// layer (of the strictest rate layer when only the permit refuses, as
+// Result reports it).
 // Guards: RefusedBy's godoc ("0" for the Limit, "1", "2", ... for
 // Config.Layers, "inflight", "global"; "" for any other outcome; the one
 // Result reports) and IETF's "on a refused response t is the same point in
