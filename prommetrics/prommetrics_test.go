@@ -146,6 +146,11 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="in_flight",policy="api",refused_by="inflight"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:                                 9,
 			}},
+		{"a newer algorithm, refused", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: 42}, Outcome: httplimit.OutcomeDenied, RefusedBy: "0"},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="Algorithm(42)",outcome="denied",policy="login",refused_by="0"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="Algorithm(42)",policy="login"}`:                       2,
+			}},
 	}
 	want := map[string]float64{}
 	for _, s := range steps {
