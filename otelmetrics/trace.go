@@ -46,8 +46,10 @@ const (
 // redlimit.failed_open, redlimit.cached, redlimit.leased, redlimit.fallback,
 // redlimit.latency (Decision.Latency, seconds: the Redis round trips) and,
 // after a wait, redlimit.delay (seconds). A decision the Limiter failed has
-// the status Error. The last of WithTracerProvider and WithRequestSpan
-// wins. Default: no spans.
+// the status Error. Mount the tracing middleware outside the limiter's, so
+// that the request has its span when the Policy decides: a request without
+// one gets a root span, sampled as tp's sampler says. The last of
+// WithTracerProvider and WithRequestSpan wins. Default: no spans.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider, c.requestSpan = tp, false }
 }
