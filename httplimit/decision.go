@@ -90,6 +90,14 @@ type Decision struct {
 	Err error
 	// Latency is how long the decision took, without a LeakyBucket wait.
 	Latency time.Duration
+	// RefusedBy names the limit that refused the request when Outcome is
+	// OutcomeDenied or OutcomeInFlight, a dry run's too: "0" for the Limit,
+	// "1", "2", ... for Config.Layers in order, "inflight" for the InFlight
+	// permit, "global" for the Global; "" for any other outcome. They are
+	// the suffixes of the IETF members ("http-1" is layer 1) and the values
+	// of the metrics' refused_by label: a fixed set per Policy, never the
+	// key. When several refuse, it is the one Result reports.
+	RefusedBy string
 
 	policy      *Policy
 	ctx         context.Context
@@ -142,12 +150,14 @@ func (d *Decision) NearLimit() bool {
 // with the longest RetryAfter if any denies, else the layer with the least
 // Remaining (the longest ResetAfter among equals), carrying the longest
 // Delay of any layer, since a request leaves only when every layer lets
-// it. The InFlight permit is reported only when it alone refuses.
-func (d *Decision) strictest() (core.Result, int) {
+// it. The InFlight permit is reported only when it alone refuses. It
+// returns the reported layer's capacity, and its name (see RefusedBy)
+// when it refuses.
+func (d *Decision) strictest() (core.Result, int, string) {
 	var best layerResult
-	found := false
+	bestAt, found := 0, false
 	delay := time.Duration(0)
-	for _, r := range d.layers {
+	for i, r := range d.layers {
 		if r.inflight() {
 			continue
 		}
@@ -156,17 +166,17 @@ func (d *Decision) strictest() (core.Result, int) {
 		}
 		switch {
 		case !found:
-			best, found = r, true
+			best, bestAt, found = r, i, true
 		case best.Allowed != r.Allowed:
 			if !r.Allowed {
-				best = r
+				best, bestAt = r, i
 			}
 		case !r.Allowed:
 			if r.RetryAfter > best.RetryAfter {
-				best = r
+				best, bestAt = r, i
 			}
 		case r.Remaining < best.Remaining || r.Remaining == best.Remaining && r.ResetAfter > best.ResetAfter:
-			best = r
+			best, bestAt = r, i
 		}
 	}
 	if best.Allowed {
@@ -175,12 +185,25 @@ func (d *Decision) strictest() (core.Result, int) {
 			// for the X-RateLimit headers and the permit's wait.
 			best.Allowed, best.Granted, best.Delay = false, 0, 0
 			best.RetryAfter = d.layers[n-1].RetryAfter
-			return best.Result, best.limit.Capacity()
+			return best.Result, best.limit.Capacity(), layerName(n-1, d.layers[n-1])
 		}
 		best.Delay = delay
+		return best.Result, best.limit.Capacity(), ""
 	}
-	return best.Result, best.limit.Capacity()
+	return best.Result, best.limit.Capacity(), layerName(bestAt, best)
 }
+
+// layerName is what RefusedBy and the IETF members call the layer r at
+// index i of a Decision's layers.
+func layerName(i int, r layerResult) string {
+	if r.inflight() {
+		return "inflight"
+	}
+	return strconv.Itoa(i)
+}
+
+// globalName is what RefusedBy and the IETF members call the Global.
+const globalName = "global"
 
 // inflightDenied reports that the InFlight permit, and no rate layer,
 // refused the request.
@@ -319,6 +342,17 @@ func (d *Decision) limits() []core.Limit {
 		limits = limits[:len(limits)-1]
 	}
 	return limits
+}
+
+// Context is the context of the request decided, for an Observer that
+// records the decision in the request's trace; context.Background() for
+// a Decision made by hand. It may have ended by the time the Observer
+// runs (OutcomeCanceled).
+func (d *Decision) Context() context.Context {
+	if d.ctx == nil {
+		return context.Background()
+	}
+	return d.ctx
 }
 
 // Attach returns the context to serve the handler with: ctx carrying the

@@ -127,14 +127,12 @@ func (IETF) WriteHeaders(h HeaderWriter, d *Decision) {
 		switch {
 		case single:
 			member("", r)
-		case r.inflight():
-			member("-inflight", r)
 		default:
-			member("-"+strconv.Itoa(i), r)
+			member("-"+layerName(i, r), r)
 		}
 	}
 	if d.askedGlobal {
-		member("-global", d.global)
+		member("-"+globalName, d.global)
 	}
 	// Canonical forms of RateLimit-Policy and RateLimit (see XRateLimit).
 	appendField(h, "Ratelimit-Policy", pol)

@@ -175,7 +175,7 @@ func (p *Policy) decide(d *Decision) error {
 	for i, l := range limits {
 		d.layers[i].limit = l
 	}
-	d.Result, d.capacity = d.strictest()
+	d.Result, d.capacity, d.RefusedBy = d.strictest()
 	d.took = d.layers[0].Granted > 0
 	if !d.took || p.global == nil {
 		return nil
@@ -187,7 +187,7 @@ func (p *Policy) decide(d *Decision) error {
 	}
 	d.askedGlobal, d.tookGlobal = true, d.global.Allowed
 	if !d.global.Allowed {
-		d.Result, d.capacity = d.global.Result, d.global.limit.Capacity()
+		d.Result, d.capacity, d.RefusedBy = d.global.Result, d.global.limit.Capacity(), globalName
 	} else {
 		// A request leaves when both the key and the ceiling let it.
 		d.Result.Delay = max(d.Result.Delay, d.global.Delay)

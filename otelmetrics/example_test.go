@@ -11,8 +11,11 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
@@ -92,6 +95,63 @@ func Example_nearLimit() {
 	}
 	// Output:
 	// redlimit.decisions{algorithm=token_bucket,outcome=allowed,policy=api} 10
-	// redlimit.decisions{algorithm=token_bucket,outcome=denied,policy=api} 1
+	// redlimit.decisions{algorithm=token_bucket,outcome=denied,policy=api,refused_by=0} 1
 	// redlimit.near_limit{algorithm=token_bucket,policy=api} 3
+}
+
+// A Policy of 10 requests a minute per client, with an hourly layer of 2,
+// whose decisions are spans of the requests' traces. The third request is
+// refused by layer 1, the hourly one: its span says so, and the key is not
+// among its attributes (WithKeyAttribute would add it). In production the
+// TracerProvider is the application's (otel.GetTracerProvider()), with an
+// exporter (OTLP), and a tracing middleware such as otelhttp makes the
+// requests' spans, the parents of these.
+func Example_tracing() {
+	rdb, stop := exampleRedis()
+	defer stop()
+	limiter, err := core.New(rdb)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	observer, err := otelmetrics.New(noop.NewMeterProvider().Meter("github.com/redlimit/redlimit"),
+		otelmetrics.WithTracerProvider(tp))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	policy, err := httplimit.New(httplimit.Config{
+		Name: "api", Limiter: limiter, Limit: core.PerMinute(10), Observer: observer,
+		Layers: []core.Limit{{Algorithm: core.FixedWindow, Rate: 2, Period: time.Hour}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	handler := nethttplimit.New(policy)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+
+	for range 3 {
+		handler.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+	}
+
+	refused := spans.GetSpans()[2]
+	fmt.Println(refused.Name)
+	for _, kv := range refused.Attributes {
+		if kv.Key != "redlimit.latency" { // varies
+			fmt.Printf("%s=%s\n", kv.Key, kv.Value.Emit())
+		}
+	}
+	// Output:
+	// redlimit.decide
+	// redlimit.policy=api
+	// redlimit.algorithm=token_bucket
+	// redlimit.outcome=denied
+	// redlimit.failed_open=false
+	// redlimit.cached=false
+	// redlimit.leased=false
+	// redlimit.fallback=false
+	// redlimit.refused_by=1
 }

@@ -1,6 +1,6 @@
 // Package otelmetrics records the decisions of httplimit Policies, and
-// the health of their Redis, as OpenTelemetry metrics. An Observer is an
-// httplimit.Observer:
+// the health of their Redis, as OpenTelemetry metrics, and, if asked, in
+// the requests' traces. An Observer is an httplimit.Observer:
 //
 //	o, err := otelmetrics.New(otel.Meter("github.com/redlimit/redlimit"), otelmetrics.WithLimiter(limiter))
 //	if err != nil { ... }
@@ -8,7 +8,7 @@
 //
 // The instruments, with the default namespace "redlimit":
 //
-//	redlimit.decisions            counter {decision}  policy, algorithm, outcome
+//	redlimit.decisions            counter {decision}  policy, algorithm, outcome, refused_by
 //	redlimit.near_limit           counter {decision}  policy, algorithm
 //	redlimit.redis.errors         counter {error}     policy
 //	redlimit.decision.duration    histogram s         policy, algorithm
@@ -22,6 +22,9 @@
 // redlimit_decision_duration_seconds, ...). policy is the Policy's Name,
 // algorithm and outcome are core.Algorithm and httplimit.Outcome in
 // snake_case: every outcome httplimit defines, from allowed to in_flight.
+// refused_by, on denied and in_flight decisions only, is
+// httplimit.Decision.RefusedBy, the limit that refused: "0" for the Limit,
+// "1", "2", ... for the Layers, "inflight", "global".
 //
 // redlimit.near_limit counts the admitted requests that left at most a
 // fifth of their quota (httplimit.Decision.NearLimit: of a capacity of 10,
@@ -37,8 +40,15 @@
 // unbounded, and so would the series be. Policy names should be a fixed set
 // chosen in code, not derived from requests.
 //
+// With WithTracerProvider each decision is also a span, a child of the
+// request's, and with WithRequestSpan attributes of the request's own span:
+// the policy, algorithm, outcome, which limit refused, whether it failed
+// open, was cached, leased or decided by the fallback, and its latency.
+// The key is left out unless WithKeyAttribute asks for it.
+//
 // This package is a module of its own: users who do not import it never
-// download OpenTelemetry.
+// download OpenTelemetry. It uses the OpenTelemetry API only: the
+// application chooses the SDK.
 package otelmetrics
 
 import (
@@ -50,6 +60,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
@@ -76,9 +87,12 @@ const (
 type Option func(*config)
 
 type config struct {
-	namespace string
-	buckets   []float64
-	limiter   *core.Limiter
+	namespace      string
+	buckets        []float64
+	limiter        *core.Limiter
+	tracerProvider trace.TracerProvider
+	requestSpan    bool
+	keyAttribute   bool
 }
 
 // WithNamespace sets the first part of every instrument name, joined by a
@@ -113,6 +127,7 @@ type Observer struct {
 	duration    metric.Float64Histogram
 	cacheHits   metric.Int64Counter
 	fallbacks   metric.Int64Counter
+	tracing     *tracing // nil: no traces
 
 	// policies maps a policy name to its precomputed options. It is copied
 	// on write: policies are few and seen early, reads are on every request.
@@ -139,11 +154,13 @@ func joinNames[E fmt.Stringer](values []E) string {
 // policyAttrs holds the measurement options of one policy, each a ready
 // variadic slice, so that Add and Record are called without building one.
 type policyAttrs struct {
-	policy    []metric.AddOption      // {policy}
-	decisions [][]metric.AddOption    // {policy, algorithm, outcome}, by algorithm*numOutcomes + outcome
-	nearLimit [][]metric.AddOption    // {policy, algorithm}, by algorithm
-	nearSeen  []atomic.Bool           // by algorithm: near_limit has a point
-	duration  [][]metric.RecordOption // {policy, algorithm}, by algorithm
+	name      string
+	policy    []metric.AddOption                             // {policy}
+	decisions [][]metric.AddOption                           // {policy, algorithm, outcome}, by algorithm*numOutcomes + outcome
+	refused   atomic.Pointer[map[refusal][]metric.AddOption] // {policy, algorithm, outcome, refused_by}, copied on write
+	nearLimit [][]metric.AddOption                           // {policy, algorithm}, by algorithm
+	nearSeen  []atomic.Bool                                  // by algorithm: near_limit has a point
+	duration  [][]metric.RecordOption                        // {policy, algorithm}, by algorithm
 }
 
 // New makes the instruments on meter. It fails only if meter refuses one.
@@ -158,7 +175,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		}
 		return cfg.namespace + "." + s
 	}
-	o := &Observer{}
+	o := &Observer{tracing: newTracing(cfg)}
 	var err error
 	counter := func(dst *metric.Int64Counter, n, unit, desc string) {
 		if err != nil {
@@ -170,7 +187,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		}
 	}
 	counter(&o.decisions, "decisions", "{decision}",
-		"Rate-limit decisions, by policy, algorithm and outcome ("+outcomeNames+").")
+		"Rate-limit decisions, by policy, algorithm, outcome ("+outcomeNames+") and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, inflight, global).")
 	counter(&o.nearLimit, "near_limit", "{decision}",
 		"Allowed requests that left at most a fifth of their limit's capacity, by policy and algorithm.")
 	counter(&o.redisErrors, "redis.errors", "{error}",
@@ -222,7 +239,11 @@ func (o *Observer) Observe(d httplimit.Decision) {
 	p := o.policy(d.Policy)
 	a := d.Limit.Algorithm
 	if int(a) < numAlgorithms && int(d.Outcome) < numOutcomes {
-		o.decisions.Add(ctx, 1, p.decisions[int(a)*numOutcomes+int(d.Outcome)]...)
+		if d.RefusedBy != "" {
+			o.decisions.Add(ctx, 1, o.refusal(p, refusal{a, d.Outcome, d.RefusedBy})...)
+		} else {
+			o.decisions.Add(ctx, 1, p.decisions[int(a)*numOutcomes+int(d.Outcome)]...)
+		}
 		o.duration.Record(ctx, d.Latency.Seconds(), p.duration[a]...)
 		switch {
 		case d.NearLimit():
@@ -236,8 +257,11 @@ func (o *Observer) Observe(d httplimit.Decision) {
 		}
 	} else {
 		// An algorithm or outcome newer than this package: correct, not cached.
-		o.decisions.Add(ctx, 1, metric.WithAttributes(PolicyKey.String(d.Policy),
-			AlgorithmKey.String(a.String()), OutcomeKey.String(d.Outcome.String())))
+		attrs := []attribute.KeyValue{PolicyKey.String(d.Policy), AlgorithmKey.String(a.String()), OutcomeKey.String(d.Outcome.String())}
+		if d.RefusedBy != "" {
+			attrs = append(attrs, refusedByKey.String(d.RefusedBy))
+		}
+		o.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
 		o.duration.Record(ctx, d.Latency.Seconds(), metric.WithAttributes(PolicyKey.String(d.Policy),
 			AlgorithmKey.String(a.String())))
 		if d.NearLimit() {
@@ -252,6 +276,9 @@ func (o *Observer) Observe(d httplimit.Decision) {
 	}
 	if d.Result.Fallback {
 		o.fallbacks.Add(ctx, 1, p.policy...)
+	}
+	if o.tracing != nil {
+		o.tracing.record(&d)
 	}
 }
 
@@ -275,9 +302,48 @@ func (o *Observer) policy(name string) *policyAttrs {
 	return p
 }
 
+// refusal is a refused decision's series of a policy: a policy has a few,
+// one per limit that refuses (httplimit.Decision.RefusedBy).
+type refusal struct {
+	algorithm core.Algorithm
+	outcome   httplimit.Outcome
+	by        string
+}
+
+// refusedByKey is the attribute of the limit that refused.
+const refusedByKey = attribute.Key("refused_by")
+
+// refusal returns the options of p's refused series r, made once.
+func (o *Observer) refusal(p *policyAttrs, r refusal) []metric.AddOption {
+	if m := p.refused.Load(); m != nil {
+		if opts, ok := (*m)[r]; ok {
+			return opts
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var old map[refusal][]metric.AddOption
+	if m := p.refused.Load(); m != nil {
+		old = *m
+	}
+	if opts, ok := old[r]; ok {
+		return opts
+	}
+	m := make(map[refusal][]metric.AddOption, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	set := attribute.NewSet(PolicyKey.String(p.name), AlgorithmKey.String(r.algorithm.String()),
+		OutcomeKey.String(r.outcome.String()), refusedByKey.String(r.by))
+	m[r] = []metric.AddOption{metric.WithAttributeSet(set)}
+	p.refused.Store(&m)
+	return m[r]
+}
+
 func newPolicyAttrs(name string) *policyAttrs {
 	pol := PolicyKey.String(name)
 	p := &policyAttrs{
+		name:      name,
 		policy:    []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(pol))},
 		decisions: make([][]metric.AddOption, numAlgorithms*numOutcomes),
 		nearLimit: make([][]metric.AddOption, numAlgorithms),

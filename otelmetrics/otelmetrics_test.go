@@ -142,6 +142,32 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit.decisions{algorithm="Algorithm(42)",outcome="Outcome(9)",policy="login"}`: 1,
 				`redlimit.decision.duration{algorithm="Algorithm(42)",policy="login"}`:              1,
 			}},
+		{"denied by layer 1", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1",
+			Result: core.Result{RetryAfter: time.Hour}},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api",refused_by="1"}`: 1,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:                         6,
+			}},
+		{"denied by layer 1 again", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1"},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api",refused_by="1"}`: 2,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:                         7,
+			}},
+		{"the Global", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "global"},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api",refused_by="global"}`: 1,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:                              8,
+			}},
+		{"the InFlight permit", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeInFlight, RefusedBy: "inflight"},
+			map[string]float64{
+				`redlimit.decisions{algorithm="token_bucket",outcome="in_flight",policy="api",refused_by="inflight"}`: 1,
+				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:                                   9,
+			}},
+		{"a newer algorithm, refused", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: 42}, Outcome: httplimit.OutcomeDenied, RefusedBy: "0"},
+			map[string]float64{
+				`redlimit.decisions{algorithm="Algorithm(42)",outcome="denied",policy="login",refused_by="0"}`: 1,
+				`redlimit.decision.duration{algorithm="Algorithm(42)",policy="login"}`:                         2,
+			}},
 	}
 	want := map[string]float64{}
 	for _, s := range steps {
@@ -201,7 +227,7 @@ func TestPolicyOnMiniredis(t *testing.T) {
 	o, reader := newObserver(t)
 	const (
 		allowed  = `redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`
-		denied   = `redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api"}`
+		denied   = `redlimit.decisions{algorithm="token_bucket",outcome="denied",policy="api",refused_by="0"}`
 		open     = `redlimit.decisions{algorithm="token_bucket",outcome="failed_open",policy="api"}`
 		near     = `redlimit.near_limit{algorithm="token_bucket",policy="api"}`
 		errs     = `redlimit.redis.errors{policy="api"}`
@@ -225,6 +251,8 @@ func TestObserveAllocs(t *testing.T) {
 		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}},
 		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Limit: core.PerMinute(10), Result: core.Result{Allowed: true, Remaining: 1}},
 		{Policy: "api", Outcome: httplimit.OutcomeInFlight, Limit: core.Limit{Algorithm: core.Concurrency}},
+		{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1", Limit: core.PerMinute(10)},
+		{Policy: "api", Outcome: httplimit.OutcomeInFlight, RefusedBy: "inflight", Limit: core.PerMinute(10)},
 	}
 	for _, e := range events {
 		o.Observe(e)

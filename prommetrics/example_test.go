@@ -77,10 +77,10 @@ func Example_nearLimit() {
 		}
 	}
 	// Output:
-	// # HELP redlimit_decisions_total Rate-limit decisions, by policy, algorithm and outcome (allowed, denied, failed_open, failed_closed, canceled, no_key, in_flight).
+	// # HELP redlimit_decisions_total Rate-limit decisions, by policy, algorithm, outcome (allowed, denied, failed_open, failed_closed, canceled, no_key, in_flight) and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, inflight, global).
 	// # TYPE redlimit_decisions_total counter
-	// redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"} 10
-	// redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"} 1
+	// redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api",refused_by=""} 10
+	// redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",refused_by="0"} 1
 	// # HELP redlimit_near_limit_total Allowed requests that left at most a fifth of their limit's capacity, by policy and algorithm.
 	// # TYPE redlimit_near_limit_total counter
 	// redlimit_near_limit_total{algorithm="token_bucket",policy="api"} 3

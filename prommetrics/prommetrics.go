@@ -8,7 +8,7 @@
 //
 // The metrics, with the default namespace "redlimit":
 //
-//	redlimit_decisions_total{policy,algorithm,outcome}        counter
+//	redlimit_decisions_total{policy,algorithm,outcome,refused_by}  counter
 //	redlimit_near_limit_total{policy,algorithm}               counter
 //	redlimit_redis_errors_total{policy}                       counter
 //	redlimit_decision_duration_seconds{policy,algorithm}      histogram
@@ -19,9 +19,16 @@
 //
 // policy is the Policy's Name, algorithm and outcome are core.Algorithm and
 // httplimit.Outcome in snake_case: every outcome httplimit defines, from
-// allowed to in_flight. No metric is labelled by the rate-limit key: keys
-// are unbounded, and so would the series be. Policy names should be a
-// fixed set chosen in code, not derived from requests.
+// allowed to in_flight. refused_by is httplimit.Decision.RefusedBy, the
+// limit that refused a denied or in_flight decision: "0" for the Limit,
+// "1", "2", ... for the Layers, "inflight", "global"; empty for the other
+// outcomes. No metric is labelled by the rate-limit key: keys are
+// unbounded, and so would the series be. Policy names should be a fixed
+// set chosen in code, not derived from requests.
+//
+// Which limit refuses, per policy:
+//
+//	sum by (policy, refused_by) (rate(redlimit_decisions_total{refused_by!=""}[5m]))
 //
 // redlimit_near_limit_total counts the admitted requests that left at most
 // a fifth of their quota (httplimit.Decision.NearLimit: of a capacity of
@@ -145,9 +152,10 @@ type policyMetrics struct {
 	redisErrors prometheus.Counter
 	cacheHits   prometheus.Counter
 	fallbacks   prometheus.Counter
-	decisions   []atomic.Pointer[prometheus.Counter]  // by algorithm*numOutcomes + outcome
-	nearLimit   []atomic.Pointer[prometheus.Counter]  // by algorithm
-	duration    []atomic.Pointer[prometheus.Observer] // by algorithm
+	decisions   []atomic.Pointer[prometheus.Counter]           // by algorithm*numOutcomes + outcome, refused_by ""
+	refused     atomic.Pointer[map[refusal]prometheus.Counter] // the refused decisions, copied on write
+	nearLimit   []atomic.Pointer[prometheus.Counter]           // by algorithm
+	duration    []atomic.Pointer[prometheus.Observer]          // by algorithm
 }
 
 // New returns a Collector. Register it with a prometheus.Registerer and set
@@ -165,8 +173,8 @@ func New(opts ...Option) *Collector {
 	}
 	c := &Collector{
 		decisions: counter("decisions_total",
-			"Rate-limit decisions, by policy, algorithm and outcome ("+outcomeNames+").",
-			"policy", "algorithm", "outcome"),
+			"Rate-limit decisions, by policy, algorithm, outcome ("+outcomeNames+") and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, inflight, global).",
+			"policy", "algorithm", "outcome", "refused_by"),
 		nearLimit: counter("near_limit_total",
 			"Allowed requests that left at most a fifth of their limit's capacity, by policy and algorithm.",
 			"policy", "algorithm"),
@@ -234,7 +242,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) Observe(d httplimit.Decision) {
 	p := c.policy(d.Policy)
 	a := d.Limit.Algorithm
-	c.decision(p, a, d.Outcome).Inc()
+	c.decision(p, a, d.Outcome, d.RefusedBy).Inc()
 	if d.Outcome == httplimit.OutcomeAllowed {
 		// Made on the first allowed request, so that the series is there
 		// at 0 to divide by the allowed ones.
@@ -283,21 +291,57 @@ func (c *Collector) policy(name string) *policyMetrics {
 	return p
 }
 
-// decision returns the decisions_total child of p for a and o. Children are
-// made once; WithLabelValues returns the same child to racing callers, so a
-// lost race costs only the duplicate lookup.
-func (c *Collector) decision(p *policyMetrics, a core.Algorithm, o httplimit.Outcome) prometheus.Counter {
+// decision returns the decisions_total child of p for a, o and by. Children
+// are made once; WithLabelValues returns the same child to racing callers,
+// so a lost race costs only the duplicate lookup.
+func (c *Collector) decision(p *policyMetrics, a core.Algorithm, o httplimit.Outcome, by string) prometheus.Counter {
 	if int(a) >= numAlgorithms || int(o) >= numOutcomes {
 		// An algorithm or outcome newer than this package: correct, not cached.
-		return c.decisions.WithLabelValues(p.name, a.String(), o.String())
+		return c.decisions.WithLabelValues(p.name, a.String(), o.String(), by)
+	}
+	if by != "" {
+		return c.refusal(p, refusal{a, o, by})
 	}
 	slot := &p.decisions[int(a)*numOutcomes+int(o)]
 	if ctr := slot.Load(); ctr != nil {
 		return *ctr
 	}
-	ctr := c.decisions.WithLabelValues(p.name, a.String(), o.String())
+	ctr := c.decisions.WithLabelValues(p.name, a.String(), o.String(), "")
 	slot.Store(&ctr)
 	return ctr
+}
+
+// refusal is a refused decision's series of a policy: a policy has a few,
+// one per limit that refuses (httplimit.Decision.RefusedBy).
+type refusal struct {
+	algorithm core.Algorithm
+	outcome   httplimit.Outcome
+	by        string
+}
+
+// refusal returns the decisions_total child of p for r, made once.
+func (c *Collector) refusal(p *policyMetrics, r refusal) prometheus.Counter {
+	if m := p.refused.Load(); m != nil {
+		if ctr, ok := (*m)[r]; ok {
+			return ctr
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[refusal]prometheus.Counter
+	if m := p.refused.Load(); m != nil {
+		old = *m
+	}
+	if ctr, ok := old[r]; ok {
+		return ctr
+	}
+	m := make(map[refusal]prometheus.Counter, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[r] = c.decisions.WithLabelValues(p.name, r.algorithm.String(), r.outcome.String(), r.by)
+	p.refused.Store(&m)
+	return m[r]
 }
 
 // near returns the near_limit_total child of p for a, made once as

@@ -19,8 +19,9 @@ import (
 )
 
 // gather returns every sample of c, keyed as `name{label="value",...}` with
-// labels sorted; a histogram gives its sample count under its own name and
-// its sum under name_sum.
+// labels sorted and those of empty value left out, as Prometheus stores
+// them; a histogram gives its sample count under its own name and its sum
+// under name_sum.
 func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
@@ -36,7 +37,9 @@ func gather(t *testing.T, c prometheus.Collector) map[string]float64 {
 		for _, m := range f.GetMetric() {
 			var labels []string
 			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+`"`+l.GetValue()+`"`)
+				if l.GetValue() != "" {
+					labels = append(labels, l.GetName()+"="+`"`+l.GetValue()+`"`)
+				}
 			}
 			slices.Sort(labels)
 			key := f.GetName() + "{" + strings.Join(labels, ",") + "}"
@@ -122,6 +125,32 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_decisions_total{algorithm="Algorithm(42)",outcome="Outcome(9)",policy="login"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="Algorithm(42)",policy="login"}`:            1,
 			}},
+		{"denied by layer 1", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1",
+			Result: core.Result{RetryAfter: time.Hour}},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",refused_by="1"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:                       6,
+			}},
+		{"denied by layer 1 again, then by the Global", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1"},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",refused_by="1"}`: 2,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:                       7,
+			}},
+		{"the Global", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "global"},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",refused_by="global"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:                            8,
+			}},
+		{"the InFlight permit", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeInFlight, RefusedBy: "inflight"},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="token_bucket",outcome="in_flight",policy="api",refused_by="inflight"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:                                 9,
+			}},
+		{"a newer algorithm, refused", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: 42}, Outcome: httplimit.OutcomeDenied, RefusedBy: "0"},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="Algorithm(42)",outcome="denied",policy="login",refused_by="0"}`: 1,
+				`redlimit_decision_duration_seconds{algorithm="Algorithm(42)",policy="login"}`:                       2,
+			}},
 	}
 	want := map[string]float64{}
 	for _, s := range steps {
@@ -182,7 +211,7 @@ func TestPolicyOnMiniredis(t *testing.T) {
 	c := prommetrics.New()
 	const (
 		allowed  = `redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`
-		denied   = `redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api"}`
+		denied   = `redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",refused_by="0"}`
 		open     = `redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`
 		near     = `redlimit_near_limit_total{algorithm="token_bucket",policy="api"}`
 		errs     = `redlimit_redis_errors_total{policy="api"}`
@@ -201,6 +230,8 @@ func TestObserveAllocs(t *testing.T) {
 		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}},
 		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Limit: core.PerMinute(10), Result: core.Result{Allowed: true, Remaining: 1}},
 		{Policy: "api", Outcome: httplimit.OutcomeInFlight, Limit: core.Limit{Algorithm: core.Concurrency}},
+		{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1", Limit: core.PerMinute(10)},
+		{Policy: "api", Outcome: httplimit.OutcomeInFlight, RefusedBy: "inflight", Limit: core.PerMinute(10)},
 	}
 	for _, e := range events {
 		c.Observe(e)

@@ -16,7 +16,7 @@ import (
 
 // Series names the series PolicyRun checks, in the exporter's own notation
 // (each with the labels policy="api", algorithm="token_bucket" and, for
-// decisions, outcome).
+// decisions, outcome; Denied also refused_by="0", the Limit).
 type Series struct {
 	Allowed, Denied, FailedOpen, NearLimit, RedisErrors, Duration string
 }
