@@ -88,8 +88,12 @@ func canonicalName(name string) string {
 // RateLimit-Policy's q per w (whole seconds) is a promise: a client that
 // sends at most q requests (units) in every window of w seconds is never
 // refused by that policy, whatever its algorithm, so q is no more than a
-// bucket's burst, and w covers two periods for the sliding window counter,
-// whose estimate weighs the previous window. The InFlight permit is
+// bucket's burst, w covers two periods for the sliding window counter,
+// whose estimate weighs the previous window, and a 1024th of a period more
+// for a sliding window above Rate 1024, whose units may leave that late
+// (core.SlidingWindow; refunds that leave its log with more than 1024
+// entries make them later still, so the promise holds for a Policy without
+// CountIf or Settle there). The InFlight permit is
 // q requests at once, qu="concurrent-requests". RateLimit's r is what
 // remains of q (at most q), and t the seconds until r is q again; on a
 // refused response t is the same point in time as Retry-After, as the
@@ -165,11 +169,15 @@ type shape struct {
 	// for the sliding window counter, whose estimate weighs the previous
 	// window.
 	periods int
+	// slices: a log whose entries above Rate 1024 each hold a 1024th of
+	// the Period, so a unit may leave the window up to Period/1024 late
+	// (SlidingWindow); the promised window is that much longer.
+	slices bool
 }
 
 var shapes = [...]shape{
 	core.TokenBucket:          {refills: true, periods: 1},
-	core.SlidingWindow:        {periods: 1},
+	core.SlidingWindow:        {periods: 1, slices: true},
 	core.SlidingWindowCounter: {periods: 2},
 	core.FixedWindow:          {periods: 1},
 	core.LeakyBucket:          {refills: true, queues: true, periods: 1},
@@ -198,7 +206,11 @@ func advertise(l core.Limit, now time.Time) (q, w int64) {
 	case l.Calendar != core.NoCalendar:
 		return int64(l.Rate), calendarSeconds(l, now)
 	}
-	w = max(1, int64(math.Ceil(l.Period.Seconds()*float64(max(1, s.periods)))))
+	seconds := l.Period.Seconds() * float64(max(1, s.periods))
+	if s.slices && l.Rate > 1024 {
+		seconds += l.Period.Seconds() / 1024
+	}
+	w = max(1, int64(math.Ceil(seconds)))
 	q = int64(l.Rate)
 	if s.refills {
 		q = min(int64(l.Capacity()), int64(float64(l.Rate)*float64(w)/l.Period.Seconds()))

@@ -288,3 +288,36 @@ func TestIETFCalendarWindowSkippedMidnight(t *testing.T) {
 		t.Errorf("w = %d s, want %d (23 hours)", w, 23*3600)
 	}
 }
+
+// TestIETFSlidingWindowAbove1024: above Rate 1024 a sliding window's
+// units may leave up to Period/1024 late, so RateLimit-Policy's w covers
+// that too (IETF's doc: "a 1024th of a period more"). A client that kept
+// to q per Period would be refused: one unit at t0 and the rest 400µs
+// later share an entry stamped at the later instant, so one more a Period
+// after t0 meets a full window.
+func TestIETFSlidingWindowAbove1024(t *testing.T) {
+	mr, _, l := mini(t)
+	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 2048, Period: time.Second}
+	p := mustNew(t, Config{Limiter: l, Limit: limit, Headers: Headers{IETF{}}})
+	// A slice is a 1024th of the Period (976.5625µs) in whole µs: t0 is
+	// a multiple of both 976 and 977, so t0 and t0+400µs share one.
+	const lcm = 976 * 977
+	t0 := time.UnixMicro((redistest.Epoch.UnixMicro()/lcm + 1) * lcm)
+	mr.SetTime(t0)
+	_, h := decide(p, from("192.0.2.9"))
+	if got := h.Get("RateLimit-Policy"); got != `"http";q=2048;w=2` {
+		t.Fatalf("RateLimit-Policy %q, want w=2: a second and a 1024th, rounded up", got)
+	}
+	mr.SetTime(t0.Add(400 * time.Microsecond))
+	if d := p.DecideN(from("192.0.2.9"), 2047); d.Outcome != OutcomeAllowed {
+		t.Fatalf("the other 2047 units: %v", d.Outcome)
+	}
+	mr.SetTime(t0.Add(time.Second))
+	if d := p.Decide(from("192.0.2.9")); d.Outcome != OutcomeDenied {
+		t.Fatalf("one unit a Period after the first: %v; the shared entry should still count it", d.Outcome)
+	}
+	mr.SetTime(t0.Add(time.Second + time.Second/1024))
+	if d := p.Decide(from("192.0.2.9")); d.Outcome != OutcomeAllowed {
+		t.Errorf("one unit a Period and a 1024th after the first: %v, want admitted", d.Outcome)
+	}
+}
