@@ -289,7 +289,7 @@ func TestNewLimitersDoNotFailLoads(t *testing.T) {
 // Guards: "which is logged once at Info level" (New's godoc).
 func TestFunctionsRefusedLoggedOnce(t *testing.T) {
 	_, rdb := redistest.Mini(t)
-	var logs bytes.Buffer
+	var logs lockedBuffer // the health check logs from its own goroutine
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	l, err := New(rdb, WithLogger(log))
 	if err != nil {
@@ -373,4 +373,22 @@ func TestFirstDecisionSweep(t *testing.T) {
 			}
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer that goroutines may write and read at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -93,7 +93,7 @@ func TestRefusedBySweep(t *testing.T) {
 						t.Errorf("%s: the deny cache did not answer the refusal again", name)
 					}
 				}
-				mr.SetError("ERR the test's fault")
+				mr.SetError("MASTERDOWN the test's fault")
 				// A client with no denial cached: Redis is asked.
 				if d := p.Decide(from("192.0.2.9")); d.Err == nil || d.RefusedBy != "" {
 					t.Errorf("Redis failing: %v (err %v), RefusedBy %q; want a failure and none", d.Outcome, d.Err, d.RefusedBy)

@@ -111,7 +111,7 @@ func TestTraceSweep(t *testing.T) {
 						held.Finish(http.StatusOK)
 					}
 					if s.fault {
-						mr.SetError("ERR the test's fault")
+						mr.SetError("MASTERDOWN the test's fault")
 					}
 					exp.Reset()
 					ctx, req := tp.Tracer("test").Start(context.WithValue(t.Context(), ipKey{}, s.ip), "request")
