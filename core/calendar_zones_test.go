@@ -25,7 +25,7 @@ func tzdataZones(t *testing.T) []string {
 	}
 	var zones []string
 	if zr, err := zip.OpenReader(filepath.Join(strings.TrimSpace(string(out)), "lib", "time", "zoneinfo.zip")); err == nil {
-		defer zr.Close()
+		defer func() { _ = zr.Close() }()
 		for _, f := range zr.File {
 			if !strings.HasSuffix(f.Name, "/") {
 				zones = append(zones, f.Name)

@@ -295,7 +295,7 @@ func TestFunctionsRefusedLoggedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	for range 3 {
 		if _, err := l.Allow(context.Background(), "k", PerMinute(10)); err != nil {
 			t.Fatal(err)

@@ -282,7 +282,7 @@ func (h Headers) MarshalText() ([]byte, error) {
 	}
 	names := make([]string, len(h))
 	for i, s := range h {
-		switch s.(type) {
+		switch s := s.(type) {
 		case XRateLimit:
 			if s != (XRateLimit{}) {
 				return nil, fmt.Errorf("httplimit: renamed X-RateLimit headers have no text form")
@@ -291,13 +291,13 @@ func (h Headers) MarshalText() ([]byte, error) {
 		case IETF:
 			names[i] = "ietf"
 		case OpenAI:
-			switch s.(OpenAI).Unit {
+			switch s.Unit {
 			case "", "requests":
 				names[i] = "openai"
 			case "tokens":
 				names[i] = "openai-tokens"
 			default:
-				return nil, fmt.Errorf("httplimit: OpenAI headers of unit %q have no text form", s.(OpenAI).Unit)
+				return nil, fmt.Errorf("httplimit: OpenAI headers of unit %q have no text form", s.Unit)
 			}
 		default:
 			return nil, fmt.Errorf("httplimit: header style %T has no text form", s)

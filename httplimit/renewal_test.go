@@ -116,7 +116,7 @@ func TestInFlightLapsedPermitWithoutRoomCancelsContext(t *testing.T) {
 	const lease = 400 * time.Millisecond
 	p, calls, other, at := inflightFleet(t, lease, FailClosed)
 	first, ctx := admit(t, p, "first request")
-	calls.next(t, time.Second, "the take")
+	_ = calls.next(t, time.Second, "the take")
 	at(time.Second) // the first permit lapsed, in Redis' eyes
 	second, _ := admit(t, other, "a request after the first permit lapsed")
 	select {
@@ -142,7 +142,7 @@ func TestInFlightLapsedPermitWithRoomIsTakenAgain(t *testing.T) {
 	const lease = 400 * time.Millisecond
 	p, calls, other, at := inflightFleet(t, lease, FailClosed)
 	first, ctx := admit(t, p, "first request")
-	calls.next(t, time.Second, "the take")
+	_ = calls.next(t, time.Second, "the take")
 	at(time.Second) // the permit lapsed, and nobody took its place
 	if err := calls.next(t, 10*lease, "the renewal"); err != nil {
 		t.Fatalf("renewal: %v", err)
@@ -168,7 +168,7 @@ func TestInFlightFailedRenewalRetriedWithinLease(t *testing.T) {
 	p, calls, _, _ := inflightFleet(t, lease, FailClosed)
 	taken := time.Now()
 	first, ctx := admit(t, p, "first request")
-	calls.next(t, time.Second, "the take")
+	_ = calls.next(t, time.Second, "the take")
 	calls.cut("a blip")
 	if err := calls.next(t, 10*lease, "the first renewal"); err == nil {
 		t.Fatal("the first renewal succeeded: the fault missed it")
@@ -200,7 +200,7 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 		p, calls, _, _ := inflightFleet(t, lease, FailClosed)
 		taken := time.Now()
 		first, ctx := admit(t, p, "first request")
-		calls.next(t, time.Second, "the take")
+		_ = calls.next(t, time.Second, "the take")
 		calls.cut("link cut")
 		select {
 		case <-ctx.Done():
@@ -218,7 +218,7 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 	t.Run("open", func(t *testing.T) {
 		p, calls, other, at := inflightFleet(t, lease, FailOpen)
 		first, ctx := admit(t, p, "first request")
-		calls.next(t, time.Second, "the take")
+		_ = calls.next(t, time.Second, "the take")
 		calls.cut("link cut")
 		at(time.Second) // the permit lapses; another instance takes its place
 		second, _ := admit(t, other, "a request on another instance")

@@ -45,7 +45,7 @@ func Example_streamingCompletion() {
 	completions := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		used := 0
 		for _, chunk := range []string{"Once", " upon", " a", " time"} {
-			fmt.Fprintf(w, "data: %q\n\n", chunk)
+			_, _ = fmt.Fprintf(w, "data: %q\n\n", chunk)
 			if f, ok := w.(http.Flusher); ok {
 				f.Flush()
 			}

@@ -141,7 +141,7 @@ func Example_tracing() {
 	fmt.Println(refused.Name)
 	for _, kv := range refused.Attributes {
 		if kv.Key != "redlimit.latency" { // varies
-			fmt.Printf("%s=%s\n", kv.Key, kv.Value.Emit())
+			fmt.Printf("%s=%s\n", kv.Key, kv.Value.String())
 		}
 	}
 	// Output:
