@@ -250,6 +250,9 @@ func TestRedisFaultReplies(t *testing.T) {
 		{errDown, true},
 		{context.DeadlineExceeded, true},
 		{replyError("LOADING Redis is loading the dataset in memory"), true},
+		// Redis 6.2 wraps a script's error reply in its own.
+		{replyError("ERR Error running script (call to f_369f9600): @user_script:1: @user_script: 1: -OOM command not allowed when used memory > 'maxmemory'."), true},
+		{replyError("ERR Error running script (call to f_369f9600): @user_script:1: @user_script: 1: -WRONGTYPE Operation against a key holding the wrong kind of value"), false},
 		{replyError("BUSY Redis is busy running a script."), true},
 		{replyError("READONLY You can't write against a read only replica."), true},
 		{replyError("MASTERDOWN Link with MASTER is down"), true},

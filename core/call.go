@@ -228,6 +228,13 @@ var unavailableReplies = []string{"LOADING ", "BUSY ", "READONLY ", "MASTERDOWN 
 
 func unavailableReply(reply string) bool {
 	reply = strings.TrimPrefix(reply, "ERR ")
+	// Redis 6 wraps a script's error reply: "Error running script (call to
+	// f_...): @user_script:1: @user_script: 1: -OOM command not allowed...".
+	if rest, ok := strings.CutPrefix(reply, "Error running script"); ok {
+		if i := strings.LastIndex(rest, ": -"); i >= 0 {
+			reply = rest[i+len(": -"):]
+		}
+	}
 	for _, p := range unavailableReplies {
 		if strings.HasPrefix(reply, p) {
 			return true

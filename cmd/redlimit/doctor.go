@@ -68,11 +68,16 @@ func eachNode(ctx context.Context, rdb redis.UniversalClient) ([]node, error) {
 	var mu sync.Mutex
 	var nodes []node
 	ask := func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "server", "memory", "stats").Result()
-		if err != nil {
-			return fmt.Errorf("%s: INFO: %w", c.Options().Addr, err)
+		// One section a call: Redis before 7 takes one INFO section only.
+		var info strings.Builder
+		for _, section := range []string{"server", "memory", "stats"} {
+			text, err := c.Info(ctx, section).Result()
+			if err != nil {
+				return fmt.Errorf("%s: INFO %s: %w", c.Options().Addr, section, err)
+			}
+			info.WriteString(text)
 		}
-		n := node{addr: c.Options().Addr, info: info}
+		n := node{addr: c.Options().Addr, info: info.String()}
 		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "redlimit_*"}).Result()
 		n.libsErr = err
 		for _, l := range libs {

@@ -292,3 +292,10 @@ func (s *Server) Pid() int {
 	defer s.mu.Unlock()
 	return s.cmd.Process.Pid
 }
+
+// ServerMajor is the major version of the server StartServer runs
+// (REDIS_SERVER, or redis-server on the PATH), 0 when it does not say.
+func ServerMajor(t testing.TB) int {
+	t.Helper()
+	return majorVersion(RedisServer(t))
+}
