@@ -1,7 +1,6 @@
 package core
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -289,7 +288,7 @@ func TestNewLimitersDoNotFailLoads(t *testing.T) {
 // Guards: "which is logged once at Info level" (New's godoc).
 func TestFunctionsRefusedLoggedOnce(t *testing.T) {
 	_, rdb := redistest.Mini(t)
-	var logs lockedBuffer // the health check logs from its own goroutine
+	var logs redistest.LogBuffer // the health check logs from its own goroutine
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	l, err := New(rdb, WithLogger(log))
 	if err != nil {
@@ -373,22 +372,4 @@ func TestFirstDecisionSweep(t *testing.T) {
 			}
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer that goroutines may write and read at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -134,21 +133,3 @@ type setter func(name, value string)
 
 func (s setter) Get(string) string      { return "" }
 func (s setter) Set(name, value string) { s(name, value) }
-
-// lockedBuffer is a bytes.Buffer that goroutines may write and read at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}

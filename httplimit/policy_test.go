@@ -435,7 +435,7 @@ func TestUnkeyedRefused(t *testing.T) {
 // r.Use) refuses every request, and the log says so once, not per request.
 func TestNoRouteWarnsOnce(t *testing.T) {
 	_, rdb := redistest.Mini(t)
-	var logged lockedBuffer // the Limiter's loader logs from its own goroutine
+	var logged redistest.LogBuffer // the Limiter's loader logs from its own goroutine
 	l := newLimiter(t, rdb, core.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: KeyByRoute()})
 	for range 5 {

@@ -240,3 +240,24 @@ func pkgName() string {
 	}
 	return strings.TrimSuffix(name, ".test")
 }
+
+// LogBuffer collects log output that goroutines write while a test reads
+// it: a Limiter logs from its own goroutines (the first load, the health
+// check), which a plain bytes.Buffer would race with.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *LogBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String is what was written so far.
+func (b *LogBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
