@@ -294,7 +294,7 @@ var probeLimit = core.PerSecond(10_000_000)
 func awaitForm(l *core.Limiter) (scriptCall, error) {
 	key := fmt.Sprintf("%s:probe%d", runPrefix, nsSeq.Add(1))
 	c, err := captureSettled(serverHasFunctions(), func(ctx context.Context) error {
-		_, err := l.Allow(ctx, key, probeLimit)
+		_, err := l.Allow(ctx, 1, probeLimit.For(key))
 		return err
 	})
 	if derr := unlinkKeys(c.keys()...); err == nil && derr != nil {
@@ -323,7 +323,7 @@ func captureOurs(lim core.Limit, opts ...core.Option) (call scriptCall, key stri
 	}()
 	key = fmt.Sprintf("%s:capture%d", runPrefix, nsSeq.Add(1))
 	call, err = captureSettled(serverHasFunctions(), func(ctx context.Context) error {
-		_, err := l.Allow(ctx, key, lim)
+		_, err := l.Allow(ctx, 1, lim.For(key))
 		return err
 	})
 	if derr := unlinkKeys(call.keys()...); err == nil && derr != nil {

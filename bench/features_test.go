@@ -11,7 +11,7 @@ import (
 // an in-flight permit taken and given back (two calls per request) and a
 // reservation of 1 settled at 3 (two calls) beside a token bucket's
 // decision, and a calendar month (one call; the client sends the window's
-// bounds) beside a fixed window's. A Transport decides as AllowN does, and
+// bounds) beside a fixed window's. A Transport decides as Allow does, and
 // gRPC and HTTP as a Policy does, so they cost what the token bucket costs.
 
 // feature is one request's work under a feature, on a Limiter.
@@ -30,19 +30,19 @@ var features = []feature{
 	{"inflight", "in flight: take a permit, give it back", "tb", 2,
 		func(q quota) core.Limit { return core.InFlight(min(q.rate, 1<<20)) },
 		func(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error) {
-			r, err := l.Allow(ctx, key, lim)
+			r, err := l.Allow(ctx, 1, lim.For(key))
 			if err != nil || !r.Allowed {
 				return false, err
 			}
-			return true, l.Refund(ctx, key, lim, r)
+			return true, l.Refund(ctx, r, lim.For(key))
 		}},
 	{"settle", "settle: reserve 1, settle at 3", "tb", 2, tokenBucket,
 		func(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error) {
-			r, err := l.Allow(ctx, key, lim)
+			r, err := l.Allow(ctx, 1, lim.For(key))
 			if err != nil || !r.Allowed {
 				return false, err
 			}
-			_, err = l.Settle(ctx, key, lim, r, 3)
+			_, err = l.Settle(ctx, r, 3, lim.For(key))
 			return true, err
 		}},
 	{"fw", "fixed window (reference)", "", 1,
@@ -80,7 +80,7 @@ func (tr *tableRun) writeFeatures(w func(string, ...any)) {
 	w("Per request: a decision, and for in flight and settle the call after it that gives the permit back or settles the cost. ")
 	w("10000 keys, a limit far above the load. *plain* is `WithBatching(1)`; *batched*, the default. ")
 	w("Each ratio is a feature's Redis CPU per request ÷ its reference's (the decision it builds on) in the same round and mode, then min–max. ")
-	w("A Transport decides as `AllowN` does, and the gRPC and HTTP layers as a Policy does, so they cost what the token bucket costs.\n\n")
+	w("A Transport decides as `Allow` does, and the gRPC and HTTP layers as a Policy does, so they cost what the token bucket costs.\n\n")
 	w("| feature | script calls per request | scenario | plain requests/s | plain Redis CPU µs/request | plain ÷ reference | batched requests/s | batched Redis CPU µs/request | batched ÷ reference |\n")
 	w("|---|--:|---|--:|--:|--:|--:|--:|--:|\n")
 	for _, f := range features {

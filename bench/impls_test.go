@@ -154,7 +154,7 @@ func oursDoing(name, client string, limit func(quota) core.Limit, do func(ctx co
 }
 
 func allowOnce(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error) {
-	r, err := l.Allow(ctx, key, lim)
+	r, err := l.Allow(ctx, 1, lim.For(key))
 	return r.Allowed, err
 }
 

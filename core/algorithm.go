@@ -54,7 +54,7 @@ type algorithm struct {
 	// ids: every request names a permit (Concurrency).
 	ids bool
 	// queues: an admitted request waits its Result.Delay in a queue that
-	// drains at the rate (LeakyBucket), so WaitN measures a deadline
+	// drains at the rate (LeakyBucket), so Wait measures a deadline
 	// against the queue ahead, not against RetryAfter alone.
 	queues bool
 	// args is the Limit as its algorithm's file lists it.

@@ -34,18 +34,18 @@ func TestLimitChangeToAnotherAlgorithmStartsWhole(t *testing.T) {
 				mr.SetTime(redistest.Epoch)
 				first := Limit{Algorithm: from, Rate: 5, Period: time.Hour}
 				then := Limit{Algorithm: to, Rate: 5, Period: time.Hour}
-				if r, err := l.AllowN(ctx, "k", first, 5); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, 5, first.For("k")); err != nil || !r.Allowed {
 					t.Fatalf("AllowN(5) under %v = %+v, %v; want admitted", first, r, err)
 				}
-				if r, err := l.Allow(ctx, "k", first); err != nil || r.Allowed {
+				if r, err := l.Allow(ctx, 1, first.For("k")); err != nil || r.Allowed {
 					t.Fatalf("a sixth under %v = %+v, %v; want denied", first, r, err)
 				}
 				// The other algorithm's state is its own, and whole.
-				if r, err := l.AllowN(ctx, "k", then, 5); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, 5, then.For("k")); err != nil || !r.Allowed {
 					t.Errorf("after moving to %v: AllowN(5) = %+v, %v; want admitted (another state, whole)", then.Algorithm, r, err)
 				}
 				// Moving back finds the first state as it was left.
-				if r, err := l.Allow(ctx, "k", first); err != nil || r.Allowed {
+				if r, err := l.Allow(ctx, 1, first.For("k")); err != nil || r.Allowed {
 					t.Errorf("back under %v: %+v, %v; want still denied", first.Algorithm, r, err)
 				}
 			})
@@ -68,14 +68,14 @@ func TestLeakyRemainingWithinMaxDelay(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	limit := Limit{Algorithm: LeakyBucket, Rate: 11, Period: time.Minute, Burst: 8, MaxDelay: 2 * time.Second}
 	for i := range 10 {
-		r, err := l.Allow(ctx, "k", limit)
+		r, err := l.Allow(ctx, 1, limit.For("k"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !r.Allowed {
 			break
 		}
-		next, err := l.Allow(ctx, "k", limit)
+		next, err := l.Allow(ctx, 1, limit.For("k"))
 		if err != nil {
 			t.Fatal(err)
 		}

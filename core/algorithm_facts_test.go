@@ -22,7 +22,7 @@ func TestRowFactsMatchTheScripts(t *testing.T) {
 			lim := Limit{Algorithm: a, Rate: 2, Period: time.Second, Burst: 3}
 			var delayed, third bool
 			for i := range 3 {
-				r, err := l.Allow(ctx, "k", lim)
+				r, err := l.Allow(ctx, 1, lim.For("k"))
 				switch {
 				case err != nil:
 					t.Fatalf("request %d: %v", i+1, err)

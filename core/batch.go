@@ -39,9 +39,9 @@ func (g grouping) of(tag string) groupID {
 	case groupNode:
 		return groupID{}
 	case groupSlot:
-		return groupID{slot: slot(tag)}
+		return groupID{slot: slot(slotTag(tag))}
 	}
-	return groupID{tag: tag}
+	return groupID{tag: slotTag(tag)}
 }
 
 // batcher puts the decisions of concurrent callers into shared calls (see
@@ -74,9 +74,9 @@ type batchGroup struct {
 // giving up at once (a Redis that stalls) do not queue on batcher.mu.
 type pending struct {
 	rq    request
-	keys  [2 * maxLayers]string
+	keys  [2 * maxRules]string
 	nkeys int
-	res   [maxLayers]Result
+	res   [maxRules]Result
 	err   error
 	done  chan struct{}
 	state atomic.Int32
@@ -100,7 +100,7 @@ func newBatcher(max, inflight int) *batcher {
 }
 
 func recycle(c *pending) {
-	c.rq, c.keys, c.nkeys, c.res, c.err = request{}, [2 * maxLayers]string{}, 0, [maxLayers]Result{}, nil
+	c.rq, c.keys, c.nkeys, c.res, c.err = request{}, [2 * maxRules]string{}, 0, [maxRules]Result{}, nil
 	c.state.Store(pendingQueued)
 	pendings.Put(c)
 }

@@ -62,7 +62,7 @@ func BenchmarkAllow(b *testing.B) {
 						b.ReportAllocs()
 						i := 0
 						for b.Loop() {
-							if _, err := l.Allow(ctx, benchKeys[i%len(benchKeys)], lim); err != nil {
+							if _, err := l.Allow(ctx, 1, lim.For(benchKeys[i%len(benchKeys)])); err != nil {
 								b.Fatal(err)
 							}
 							i++
@@ -73,7 +73,7 @@ func BenchmarkAllow(b *testing.B) {
 						b.RunParallel(func(pb *testing.PB) {
 							i := 0
 							for pb.Next() {
-								if _, err := l.Allow(ctx, benchKeys[i%len(benchKeys)], lim); err != nil {
+								if _, err := l.Allow(ctx, 1, lim.For(benchKeys[i%len(benchKeys)])); err != nil {
 									b.Error(err)
 									return
 								}

@@ -163,7 +163,7 @@ func TestDefaultLoggerReportsOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Allow(context.Background(), "k", PerSecond(1)); err == nil {
+	if _, err := l.Allow(context.Background(), 1, PerSecond(1).For("k")); err == nil {
 		t.Fatal("Allow on a dead Redis: no error")
 	}
 	found := false
@@ -180,7 +180,7 @@ func TestDefaultLoggerReportsOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs.take()
-	if _, err := quiet.Allow(context.Background(), "k", PerSecond(1)); err == nil {
+	if _, err := quiet.Allow(context.Background(), 1, PerSecond(1).For("k")); err == nil {
 		t.Fatal("Allow on a dead Redis: no error")
 	}
 	for _, r := range logs.take() {
@@ -222,12 +222,12 @@ func TestRequestErrorsLeaveTheBreakerClosed(t *testing.T) {
 			key   string
 			limit Limit
 		}{{"list", lim}, {"corrupt", lim}, {"skewed", daily}, {"list", lim}, {"corrupt", lim}, {"skewed", daily}} {
-			if _, err := l.Allow(ctx, tt.key, tt.limit); err == nil {
+			if _, err := l.Allow(ctx, 1, tt.limit.For(tt.key)); err == nil {
 				t.Fatalf("round %d, %s: no error", i, tt.key)
 			}
 		}
 		mr.SetTime(time.Now())
-		if r, err := l.Allow(ctx, fmt.Sprintf("other%d", i), lim); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, lim.For(fmt.Sprintf("other%d", i))); err != nil || !r.Allowed {
 			t.Fatalf("round %d: another key: %+v, %v; want admitted", i, r, err)
 		}
 	}

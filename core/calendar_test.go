@@ -74,19 +74,19 @@ func TestCalendarWindows(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, l, set := calendarLimiter(t)
 			set(tt.at)
-			if r, err := l.AllowN(ctx, "k", tt.lim, 3); err != nil || !r.Allowed || r.ResetAfter != tt.reset.Sub(tt.at) {
+			if r, err := l.Allow(ctx, 3, tt.lim.For("k")); err != nil || !r.Allowed || r.ResetAfter != tt.reset.Sub(tt.at) {
 				t.Fatalf("AllowN(3) = %+v, %v; want admitted, whole again in %v", r, err, tt.reset.Sub(tt.at))
 			}
-			r, err := l.Allow(ctx, "k", tt.lim)
+			r, err := l.Allow(ctx, 1, tt.lim.For("k"))
 			if err != nil || r.Allowed || r.RetryAfter != tt.reset.Sub(tt.at) {
 				t.Fatalf("Allow = %+v, %v; want denied until %v (%v)", r, err, tt.reset, tt.reset.Sub(tt.at))
 			}
 			set(tt.reset.Add(-time.Microsecond))
-			if r, _ := l.Allow(ctx, "k", tt.lim); r.Allowed {
+			if r, _ := l.Allow(ctx, 1, tt.lim.For("k")); r.Allowed {
 				t.Errorf("admitted 1µs before the window ends: %+v", r)
 			}
 			set(tt.reset)
-			if r, err := l.AllowN(ctx, "k", tt.lim, 3); err != nil || !r.Allowed {
+			if r, err := l.Allow(ctx, 3, tt.lim.For("k")); err != nil || !r.Allowed {
 				t.Errorf("at the next window: AllowN(3) = %+v, %v; want the whole quota", r, err)
 			}
 		})
@@ -101,23 +101,23 @@ func TestCalendarDebt(t *testing.T) {
 	lim := PerMonth(10, nil)
 	jan := time.Date(2026, 1, 20, 0, 0, 0, 0, time.UTC)
 	set(jan)
-	taken, err := l.Allow(ctx, "k", lim)
+	taken, err := l.Allow(ctx, 1, lim.For("k"))
 	if err != nil || !taken.Allowed {
 		t.Fatal(taken, err)
 	}
 	// 1 taken, 14 used: January is spent and February starts at 4.
-	if _, err := l.Settle(ctx, "k", lim, taken, 14); err != nil {
+	if _, err := l.Settle(ctx, taken, 14, lim.For("k")); err != nil {
 		t.Fatal(err)
 	}
 	feb := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
-	if r, _ := l.Allow(ctx, "k", lim); r.Allowed || r.RetryAfter != feb.Sub(jan) {
+	if r, _ := l.Allow(ctx, 1, lim.For("k")); r.Allowed || r.RetryAfter != feb.Sub(jan) {
 		t.Errorf("in January after the debt: %+v, want denied until February", r)
 	}
 	set(feb)
-	if r, err := l.AllowN(ctx, "k", lim, 6); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, 6, lim.For("k")); err != nil || !r.Allowed {
 		t.Errorf("February: AllowN(6) = %+v, %v; want admitted", r, err)
 	}
-	if r, _ := l.Allow(ctx, "k", lim); r.Allowed {
+	if r, _ := l.Allow(ctx, 1, lim.For("k")); r.Allowed {
 		t.Errorf("February admitted an 11th unit counting the debt: %+v", r)
 	}
 }
@@ -154,11 +154,11 @@ func checkDebt(t *testing.T, l *Limiter, mr *miniredis.Miniredis, set func(time.
 	t.Helper()
 	ctx := context.Background()
 	set(at)
-	taken, err := l.Allow(ctx, key, lim)
+	taken, err := l.Allow(ctx, 1, lim.For(key))
 	if err != nil || !taken.Allowed {
 		t.Fatalf("%s: take = %+v, %v", key, taken, err)
 	}
-	if _, err := l.Settle(ctx, key, lim, taken, (k+1)*lim.Rate); err != nil {
+	if _, err := l.Settle(ctx, taken, (k+1)*lim.Rate, lim.For(key)); err != nil {
 		t.Fatalf("%s: Settle: %v", key, err)
 	}
 	w := windowStarts(lim, at, k+1)
@@ -173,7 +173,7 @@ func checkDebt(t *testing.T, l *Limiter, mr *miniredis.Miniredis, set func(time.
 		}
 		for _, now := range []time.Time{first, w[m+1].Add(-time.Microsecond)} {
 			set(now)
-			r, err := l.Allow(ctx, key, lim)
+			r, err := l.Allow(ctx, 1, lim.For(key))
 			if err != nil || r.Allowed || r.RetryAfter <= 0 || r.RetryAfter > w[k+1].Sub(now) {
 				t.Fatalf("%s, debt of %d windows, at %v (window %d): %+v, %v; want refused, a wait of at most %v",
 					key, k, now, m, r, err, w[k+1].Sub(now))
@@ -181,7 +181,7 @@ func checkDebt(t *testing.T, l *Limiter, mr *miniredis.Miniredis, set func(time.
 		}
 	}
 	set(w[k+1])
-	if r, err := l.AllowN(ctx, key, lim, lim.Rate); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, lim.Rate, lim.For(key)); err != nil || !r.Allowed {
 		t.Fatalf("%s, debt of %d windows, at %v: AllowN(Rate) = %+v, %v; want the whole quota", key, k, w[k+1], r, err)
 	}
 }
@@ -203,22 +203,22 @@ func TestCalendarDebtOfManyWindows(t *testing.T) {
 	} {
 		key := lim.String()
 		set(at)
-		taken, err := l.AllowN(ctx, key, lim, 10)
+		taken, err := l.Allow(ctx, 10, lim.For(key))
 		if err != nil || !taken.Allowed {
 			t.Fatal(taken, err)
 		}
-		if _, err := l.Settle(ctx, key, lim, taken, 1000); err != nil {
+		if _, err := l.Settle(ctx, taken, 1000, lim.For(key)); err != nil {
 			t.Fatal(err)
 		}
 		w := windowStarts(lim, at, 10)
 		for m := 1; m <= 9; m++ {
 			set(w[m])
-			if r, err := l.Allow(ctx, key, lim); err != nil || r.Allowed {
+			if r, err := l.Allow(ctx, 1, lim.For(key)); err != nil || r.Allowed {
 				t.Errorf("%s: window %d after the debt of 900: %+v, %v; want refused", lim, m, r, err)
 			}
 		}
 		set(w[10])
-		if r, err := l.AllowN(ctx, key, lim, 100); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 100, lim.For(key)); err != nil || !r.Allowed {
 			t.Errorf("%s: window 10 after the debt: AllowN(100) = %+v, %v; want admitted", lim, r, err)
 		}
 	}
@@ -259,11 +259,11 @@ func TestCalendarClockSkew(t *testing.T) {
 	day := time.Date(2026, 5, 10, 23, 59, 0, 0, time.UTC)
 	set(day)
 	mr.SetTime(day.Add(2 * time.Minute)) // Redis is in the next day
-	if r, err := l.AllowN(ctx, "k", lim, 3); err != nil || !r.Allowed || r.ResetAfter != 24*time.Hour-time.Minute {
+	if r, err := l.Allow(ctx, 3, lim.For("k")); err != nil || !r.Allowed || r.ResetAfter != 24*time.Hour-time.Minute {
 		t.Errorf("Redis a day on: %+v, %v; want its own day's window", r, err)
 	}
 	mr.SetTime(day.Add(72 * time.Hour))
-	if _, err := l.Allow(ctx, "k", lim); err == nil || !strings.Contains(err.Error(), "calendar window") {
+	if _, err := l.Allow(ctx, 1, lim.For("k")); err == nil || !strings.Contains(err.Error(), "calendar window") {
 		t.Errorf("Redis three days on: %v, want an error about the calendar windows", err)
 	}
 }
@@ -313,7 +313,7 @@ func TestCalendarSkippedMidnight(t *testing.T) {
 	admitted := map[int]int{}
 	for at := time.Date(2024, 9, 7, 12, 0, 0, 0, santiago); !at.After(time.Date(2024, 9, 9, 12, 0, 0, 0, santiago)); at = at.Add(30 * time.Minute) {
 		set(at)
-		r, err := l.Allow(ctx, "k", lim)
+		r, err := l.Allow(ctx, 1, lim.For("k"))
 		if err != nil {
 			t.Fatalf("at %v: %v", at, err)
 		}

@@ -34,7 +34,7 @@ func TestPlainDecisionAllocs(t *testing.T) {
 	}
 	i := 0
 	allow := func() {
-		if r, err := l.Allow(ctx, keys[i%len(keys)], limit); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, limit.For(keys[i%len(keys)])); err != nil || !r.Allowed {
 			t.Fatalf("Allow: %+v, %v", r, err)
 		}
 		i++
@@ -55,7 +55,7 @@ func TestLeasedKeysCapped(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
-	if r, err := l.Allow(ctx, "first", limit); err != nil || !r.Allowed || !r.Leased {
+	if r, err := l.Allow(ctx, 1, limit.For("first")); err != nil || !r.Allowed || !r.Leased {
 		t.Fatalf("a key with room in the table: %+v, %v; want it leased", r, err)
 	}
 	pl, err := l.plans.of(limit)
@@ -66,11 +66,11 @@ func TestLeasedKeysCapped(t *testing.T) {
 	// 4095 round trips.
 	for i := range 4095 {
 		tag := escapeTag("full:" + strconv.Itoa(i))
-		if l.leases.get(pl, tag, pl.keys(nil, l.prefix, tag), true) == nil {
+		if l.leases.get(pl, tag, pl.keys(nil, l.prefix, tag, nil), true) == nil {
 			t.Fatalf("the table refused key %d of 4096", i+2)
 		}
 	}
-	r, err := l.Allow(ctx, "one-more", limit)
+	r, err := l.Allow(ctx, 1, limit.For("one-more"))
 	if err != nil || !r.Allowed || r.Leased {
 		t.Errorf("key 4097: %+v, %v; want admitted by Redis, not leased", r, err)
 	}
@@ -80,7 +80,7 @@ func TestLeasedKeysCapped(t *testing.T) {
 	if n != 4096 {
 		t.Errorf("%d keys leased, want 4096", n)
 	}
-	if r, err := l.Allow(ctx, "first", limit); err != nil || !r.Allowed || !r.Leased {
+	if r, err := l.Allow(ctx, 1, limit.For("first")); err != nil || !r.Allowed || !r.Leased {
 		t.Errorf("a key leased before the table filled: %+v, %v; want it served from its lease", r, err)
 	}
 }
@@ -117,33 +117,38 @@ func TestPingTakesAtMostASecond(t *testing.T) {
 	}
 }
 
-// TestDenyCacheAnswersAllowLayers backs AllowLayers' "on the same path as
-// AllowN (batching, the deny cache, ...)": a set of layers Redis denied is
-// denied again from the deny cache, with Redis' Results per layer and no
-// Redis command; another set of Limits for the key is asked of Redis.
+// TestDenyCacheAnswersAllowLayers: a set of Rules of one key (layers)
+// that Redis denied is denied again from the deny cache, with Redis'
+// Results per Rule and no Redis command; another set of Limits for the key
+// is asked of Redis.
 func TestDenyCacheAnswersAllowLayers(t *testing.T) {
 	ctx := context.Background()
 	_, rdb := redistest.Mini(t)
 	var count opsCounter
 	rdb.AddHook(&count)
 	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
-	layers := []Limit{PerHour(2), Limit{Rate: 10, Period: 24 * time.Hour}}
+	layers := opsRules("abuser", []Limit{PerHour(2), {Rate: 10, Period: 24 * time.Hour}})
 	for i := range 2 {
-		if rs, err := l.AllowLayers(ctx, "abuser", layers, 1); err != nil || !opsAdmitted(rs) {
-			t.Fatalf("request %d: %+v, %v; want admitted", i+1, rs, err)
+		if res, err := l.Allow(ctx, 1, layers...); err != nil || !opsAdmitted(res.Rules) {
+			t.Fatalf("request %d: %+v, %v; want admitted", i+1, res, err)
 		}
 	}
-	denied, err := l.AllowLayers(ctx, "abuser", layers, 1)
-	if err != nil || opsAdmitted(denied) || denied[0].Cached {
-		t.Fatalf("third request: %+v, %v; want denied by Redis", denied, err)
+	res, err := l.Allow(ctx, 1, layers...)
+	denied := res.Rules
+	if err != nil || opsAdmitted(denied) || denied[0].Cached || res.Cached {
+		t.Fatalf("third request: %+v, %v; want denied by Redis", res, err)
 	}
 	before := count.cmds.Load()
 	for i := range 3 {
-		rs, err := l.AllowLayers(ctx, "abuser", layers, 1)
+		res, err := l.Allow(ctx, 1, layers...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j, r := range rs {
+		if res.Allowed || !res.Cached || len(res.Rules) != len(layers) {
+			t.Errorf("cached request %d: %+v; want a cached denial with a Result per Rule", i, res)
+			continue
+		}
+		for j, r := range res.Rules {
 			// Cached marks the layers that deny, as under one Limit.
 			if r.Allowed != denied[j].Allowed || r.Cached == r.Allowed || r.Granted != 0 ||
 				r.Remaining != denied[j].Remaining || r.RetryAfter > denied[j].RetryAfter {
@@ -155,8 +160,8 @@ func TestDenyCacheAnswersAllowLayers(t *testing.T) {
 		t.Errorf("cached layered denials sent %d Redis commands, want 0", got)
 	}
 	before = count.cmds.Load()
-	other := []Limit{PerHour(3), {Rate: 10, Period: 24 * time.Hour}}
-	if rs, err := l.AllowLayers(ctx, "abuser", other, 1); err != nil || rs[0].Cached || count.cmds.Load() == before {
-		t.Errorf("the key under other Limits: %+v, %v; want an answer from Redis", rs, err)
+	other := opsRules("abuser", []Limit{PerHour(3), {Rate: 10, Period: 24 * time.Hour}})
+	if res, err := l.Allow(ctx, 1, other...); err != nil || res.Rules[0].Cached || count.cmds.Load() == before {
+		t.Errorf("the key under other Limits: %+v, %v; want an answer from Redis", res, err)
 	}
 }

@@ -96,7 +96,7 @@ func classifyCases() []classifyCase {
 			rdb := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
 			l := opsNew(t, rdb, WithLogger(nil), WithTimeout(0), WithBreaker(1, time.Hour))
-			if _, err := l.Allow(context.Background(), "opens", PerSecond(1)); err == nil {
+			if _, err := l.Allow(context.Background(), 1, PerSecond(1).For("opens")); err == nil {
 				t.Fatal("Allow on a dead address succeeded")
 			}
 			return l, context.Background()
@@ -114,32 +114,32 @@ var classifyEntries = []struct {
 	call          func(ctx context.Context, l *Limiter, key string, lim Limit, n int) error
 }{
 	{"AllowN", PerSecond(10), true, true, func(ctx context.Context, l *Limiter, key string, lim Limit, n int) error {
-		_, err := l.AllowN(ctx, key, lim, n)
+		_, err := l.Allow(ctx, n, lim.For(key))
 		return err
 	}},
 	{"AllowAtMost", PerSecond(10), true, true, func(ctx context.Context, l *Limiter, key string, lim Limit, n int) error {
-		_, err := l.AllowAtMost(ctx, key, lim, n)
+		_, err := l.AllowAtMost(ctx, n, lim.For(key))
 		return err
 	}},
 	{"Peek", with(PerSecond(10), SlidingWindow), false, true, func(ctx context.Context, l *Limiter, key string, lim Limit, _ int) error {
-		_, err := l.Peek(ctx, key, lim)
+		_, err := l.Peek(ctx, lim.For(key))
 		return err
 	}},
 	{"Refund", PerSecond(10), false, true, func(ctx context.Context, l *Limiter, key string, lim Limit, _ int) error {
-		return l.Refund(ctx, key, lim, Result{Allowed: true, Granted: 1})
+		return l.Refund(ctx, Result{Allowed: true, Granted: 1}, lim.For(key))
 	}},
 	{"Renew", InFlight(3), false, true, func(ctx context.Context, l *Limiter, key string, lim Limit, _ int) error {
-		_, err := l.Renew(ctx, key, lim, Result{Allowed: true, Granted: 1})
+		_, err := l.Renew(ctx, Result{Allowed: true, Granted: 1}, lim.For(key))
 		return err
 	}},
-	{"AllowLayers", with(PerMinute(10), FixedWindow), true, true, func(ctx context.Context, l *Limiter, key string, lim Limit, n int) error {
-		_, err := l.AllowLayers(ctx, key, []Limit{lim, PerHour(100)}, n)
+	{"Allow of two Rules", with(PerMinute(10), FixedWindow), true, true, func(ctx context.Context, l *Limiter, key string, lim Limit, n int) error {
+		_, err := l.Allow(ctx, n, lim.For(key), PerHour(100).For(key))
 		return err
 	}},
 	{"WaitN", with(PerSecond(10), LeakyBucket), true, true, func(ctx context.Context, l *Limiter, key string, lim Limit, n int) error {
 		ctx, cancel := context.WithTimeout(ctx, time.Hour)
 		defer cancel()
-		_, err := l.WaitN(ctx, key, lim, n)
+		_, err := l.Wait(ctx, n, lim.For(key))
 		return err
 	}},
 	{"Reset", Limit{}, false, false, func(ctx context.Context, l *Limiter, key string, _ Limit, _ int) error {
@@ -198,7 +198,7 @@ func TestErrorsClassifiedOnce(t *testing.T) {
 func TestRenewOfARateLimitIsTheCallers(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	ctx := context.Background()
-	_, err := l.Renew(ctx, "k", PerSecond(1), Result{Allowed: true, Granted: 1})
+	_, err := l.Renew(ctx, Result{Allowed: true, Granted: 1}, PerSecond(1).For("k"))
 	if !errors.Is(err, ErrInvalidLimit) || redisFault(ctx, err) {
 		t.Errorf("Renew of a rate Limit: %v, redisFault %v; want ErrInvalidLimit, not a Redis fault", err, redisFault(ctx, err))
 	}

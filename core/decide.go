@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// request is one decision as every entry point (AllowN, AllowAtMost,
-// Peek, Refund, Settle, Renew, AllowLayers, Wait) asks for it.
+// request is one decision as every entry point (Allow, AllowAtMost, Peek,
+// Refund, Settle, Renew, Wait) asks for it, on the Rules of one slot.
 type request struct {
 	key  string
 	pl   *plan
@@ -17,11 +17,14 @@ type request struct {
 	// taken is the Redis TIME of the decision a REFUND gives back for;
 	// id names a Concurrency permit (a fresh one is drawn for a take).
 	taken, id int64
+	// tags, when the layers are Rules of several keys (in one slot), are
+	// their keys' escaped tags, one per layer; nil when all are key's.
+	tags []string
 }
 
 // keyBufs recycles the KEYS slice of a call: go-redis copies it into the
 // command, so it is free again once the call returns.
-var keyBufs = sync.Pool{New: func() any { return new([2 * maxLayers]string) }}
+var keyBufs = sync.Pool{New: func() any { return new([2 * maxRules]string) }}
 
 // decide is the one path every decision takes, in five stages:
 //
@@ -38,13 +41,13 @@ func (l *Limiter) decide(ctx context.Context, rq *request, out []Result) error {
 	if err := l.admissible(rq); err != nil {
 		return err
 	}
-	buf := keyBufs.Get().(*[2 * maxLayers]string)
+	buf := keyBufs.Get().(*[2 * maxRules]string)
 	defer func() {
-		*buf = [2 * maxLayers]string{}
+		*buf = [2 * maxRules]string{}
 		keyBufs.Put(buf)
 	}()
 	tag := escapeTag(rq.key)
-	keys := rq.pl.keys(buf[:0], l.prefix, tag)
+	keys := rq.pl.keys(buf[:0], l.prefix, tag, rq.tags)
 	sent := time.Now()
 	if done, err := l.answerLocally(ctx, rq, tag, keys, sent, out); done {
 		return classified(ctx, err)
@@ -87,7 +90,7 @@ func (l *Limiter) admissible(rq *request) error {
 		case ly.row.ids && len(pl.layers) > 1:
 			continue // one permit per request, whatever the cost the rate layers take
 		case ly.row.ids && rq.mode != modeCharge:
-			most = 1 // a Concurrency Limit alone: AllowN(n > 1) would read as n permits
+			most = 1 // a Concurrency Limit alone: Allow(n > 1) would read as n permits
 		case rq.mode == modeCharge:
 			most = maxCharge // each state caps what it takes (see mostCharged)
 		case rq.mode == modeRefund:
@@ -100,8 +103,8 @@ func (l *Limiter) admissible(rq *request) error {
 		}
 		if rq.n <= 0 || int64(rq.n) > most {
 			what := fmt.Sprintf("the %s capacity", ly.limit.Algorithm)
-			if pl.all != nil {
-				what = fmt.Sprintf("the capacity of layer %d", ly.index)
+			if len(pl.layers) > 1 {
+				what = fmt.Sprintf("the capacity of rule %d", ly.rule)
 			}
 			if rq.mode == modeCharge || rq.mode == modeRefund {
 				what = "the largest charge or refund"
@@ -121,7 +124,7 @@ func (l *Limiter) admissible(rq *request) error {
 func (l *Limiter) answerLocally(ctx context.Context, rq *request, tag string, keys []string, sent time.Time, out []Result) (bool, error) {
 	switch rq.mode {
 	case modeConsume:
-		if l.leases != nil && len(rq.pl.layers) == 1 && l.leases.capFor(rq.pl) >= 2 {
+		if l.leases != nil && len(rq.pl.layers) == 1 && rq.tags == nil && l.leases.capFor(rq.pl) >= 2 {
 			res, done, err := l.leases.decide(ctx, l, rq.pl, tag, keys, rq.n)
 			if done {
 				out[0] = res
@@ -129,15 +132,21 @@ func (l *Limiter) answerLocally(ctx context.Context, rq *request, tag string, ke
 			}
 		}
 	case modeRefund, modeCharge:
-		if l.leases != nil {
-			l.leases.refunded(keys[0])
-		}
-		if l.denied != nil {
-			l.denied.forget(keys[0])
+		k := 0
+		for _, ly := range rq.pl.layers { // each layer's first key names its state here
+			if l.leases != nil {
+				l.leases.refunded(keys[k])
+			}
+			if l.denied != nil {
+				l.denied.forget(keys[k])
+			}
+			k += len(ly.row.suffixes)
 		}
 		return false, nil
 	}
-	if l.denied != nil && (rq.mode == modeConsume || rq.mode == modeAtMost) && !rq.pl.ids {
+	// The deny cache knows a key's states under a plan: not a decision of
+	// several keys, whose other keys it would not tell apart.
+	if l.denied != nil && (rq.mode == modeConsume || rq.mode == modeAtMost) && !rq.pl.ids && rq.tags == nil {
 		need := rq.n // the units a denial says did not fit
 		if rq.mode == modeAtMost {
 			need = 1
@@ -171,7 +180,7 @@ func (l *Limiter) remember(rq *request, keys []string, sent, received time.Time,
 			out[i].Granted = 0
 		}
 	}
-	if l.denied == nil || rq.pl.ids {
+	if l.denied == nil || rq.pl.ids || rq.tags != nil {
 		return
 	}
 	need := rq.n

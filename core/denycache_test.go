@@ -20,18 +20,18 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
 	limit := PerHour(2)
 	for i := range 2 {
-		if r, err := l.Allow(ctx, "abuser", limit); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, limit.For("abuser")); err != nil || !r.Allowed {
 			t.Fatalf("request %d: %+v, %v; want admitted", i+1, r, err)
 		}
 	}
 	deniedAt := time.Now()
-	denied, err := l.Allow(ctx, "abuser", limit)
+	denied, err := l.Allow(ctx, 1, limit.For("abuser"))
 	if err != nil || denied.Allowed || denied.Cached {
 		t.Fatalf("third request: %+v, %v; want denied by Redis", denied, err)
 	}
 	before := count.cmds.Load()
 	for i, n := range []int{1, 1, 1} {
-		r, err := l.AllowN(ctx, "abuser", limit, n)
+		r, err := l.Allow(ctx, n, limit.For("abuser"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,12 +54,12 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 	// A larger cost cannot fit where a smaller did not: the cache answers
 	// it too, with its own longer wait, never earlier than Redis' (the
 	// same Limiter without the cache asks Redis).
-	r, err := l.AllowN(ctx, "abuser", limit, 2)
+	r, err := l.Allow(ctx, 2, limit.For("abuser"))
 	if err != nil || r.Allowed || !r.Cached {
 		t.Fatalf("AllowN(2) after a cached denial of 1: %+v, %v; want denied from the cache", r, err)
 	}
 	plain := opsNew(t, rdb, WithPrefix(l.prefix), opsPatient)
-	exact, err := plain.AllowN(ctx, "abuser", limit, 2)
+	exact, err := plain.Allow(ctx, 2, limit.For("abuser"))
 	if err != nil || exact.Allowed {
 		t.Fatalf("AllowN(2) asking Redis: %+v, %v", exact, err)
 	}
@@ -69,11 +69,11 @@ func TestDenyCacheAnswersLocally(t *testing.T) {
 		t.Errorf("cached AllowN(2) waits %v, Redis says %v: want no earlier, and close", r.RetryAfter, exact.RetryAfter)
 	}
 	// Peek is never answered from the cache.
-	if r, err := l.Peek(ctx, "abuser", limit); err != nil || r.Cached {
+	if r, err := l.Peek(ctx, limit.For("abuser")); err != nil || r.Cached {
 		t.Errorf("Peek = %+v, %v; want an answer from Redis", r, err)
 	}
 	// Other keys are not affected.
-	if r, err := l.Allow(ctx, "someone-else", limit); err != nil || !r.Allowed || r.Cached {
+	if r, err := l.Allow(ctx, 1, limit.For("someone-else")); err != nil || !r.Allowed || r.Cached {
 		t.Errorf("another key: %+v, %v; want admitted by Redis", r, err)
 	}
 }
@@ -95,7 +95,7 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 				opsMustAllowN(t, l, "k", PerHour(10), 8)
 				opsMustDenyN(t, l, "k", PerHour(10), 5)
 			},
-			then: func(l *Limiter) (Result, error) { return l.AllowN(ctx, "k", PerHour(10), 2) },
+			then: func(l *Limiter) (Result, error) { return l.Allow(ctx, 2, PerHour(10).For("k")) },
 		},
 		{
 			name: "another limit",
@@ -105,7 +105,7 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 				opsMustDenyN(t, l, "k", sw, 1)
 			},
 			then: func(l *Limiter) (Result, error) {
-				return l.Allow(ctx, "k", Limit{Algorithm: SlidingWindow, Rate: 5, Period: time.Hour})
+				return l.Allow(ctx, 1, Limit{Algorithm: SlidingWindow, Rate: 5, Period: time.Hour}.For("k"))
 			},
 		},
 		{
@@ -115,7 +115,7 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 				opsMustDenyN(t, l, "k", PerHour(1), 1)
 			},
 			then: func(l *Limiter) (Result, error) {
-				return l.Allow(ctx, "k", Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour})
+				return l.Allow(ctx, 1, Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour}.For("k"))
 			},
 		},
 		{
@@ -127,7 +127,7 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			then: func(l *Limiter) (Result, error) { return l.Allow(ctx, "k", PerHour(1)) },
+			then: func(l *Limiter) (Result, error) { return l.Allow(ctx, 1, PerHour(1).For("k")) },
 		},
 	}
 	for _, tt := range tests {
@@ -163,11 +163,11 @@ func TestDenyCacheForgetsAcrossLimits(t *testing.T) {
 	opsMustDenyN(t, l, "k", strict, 1) // cached for half an hour
 	mr.SetTime(redistest.Epoch.Add(time.Second))
 	opsMustAllowN(t, l, "k", generous, 1) // refilled at 10/s: 1 token left
-	want, err := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient).Peek(ctx, "k", strict)
+	want, err := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient).Peek(ctx, strict.For("k"))
 	if err != nil || !want.Allowed {
 		t.Fatalf("Redis' own answer under the strict Limit: %+v, %v; want admitted", want, err)
 	}
-	if r, err := l.Allow(ctx, "k", strict); err != nil || !r.Allowed || r.Cached {
+	if r, err := l.Allow(ctx, 1, strict.For("k")); err != nil || !r.Allowed || r.Cached {
 		t.Errorf("under the strict Limit again: %+v, %v; want admitted by Redis, as Redis would", r, err)
 	}
 }
@@ -176,18 +176,18 @@ func TestDenyCacheForgetsAcrossLimits(t *testing.T) {
 // way, from Redis.
 func opsMustAllowN(t *testing.T, l *Limiter, key string, limit Limit, n int) {
 	t.Helper()
-	if r, err := l.AllowN(context.Background(), key, limit, n); err != nil || !r.Allowed {
+	if r, err := l.Allow(context.Background(), n, limit.For(key)); err != nil || !r.Allowed {
 		t.Fatalf("AllowN(%q, n=%d) = %+v, %v; want admitted", key, n, r, err)
 	}
 }
 
 func opsMustDenyN(t *testing.T, l *Limiter, key string, limit Limit, n int) {
 	t.Helper()
-	r, err := l.AllowN(context.Background(), key, limit, n)
+	r, err := l.Allow(context.Background(), n, limit.For(key))
 	if err != nil || r.Allowed || r.Cached {
 		t.Fatalf("AllowN(%q, n=%d) = %+v, %v; want denied by Redis", key, n, r, err)
 	}
-	r, err = l.AllowN(context.Background(), key, limit, n)
+	r, err = l.Allow(context.Background(), n, limit.For(key))
 	if err != nil || r.Allowed || !r.Cached {
 		t.Fatalf("repeated AllowN(%q, n=%d) = %+v, %v; want denied from the cache", key, n, r, err)
 	}
@@ -205,7 +205,7 @@ func TestDenyCacheExpiresWithRetryAfter(t *testing.T) {
 			l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
 			limit := Limit{Rate: 1, Period: 100 * time.Millisecond}
 			opsMustAllowN(t, l, "k", limit, 1)
-			denied, err := l.Allow(ctx, "k", limit)
+			denied, err := l.Allow(ctx, 1, limit.For("k"))
 			sent := time.Now()
 			if err != nil || denied.Allowed || denied.Cached {
 				t.Fatalf("second request: %+v, %v; want denied by Redis", denied, err)
@@ -217,7 +217,7 @@ func TestDenyCacheExpiresWithRetryAfter(t *testing.T) {
 			giveUp := sent.Add(5 * time.Second) // whatever Redis answers meanwhile
 			for {
 				at := time.Now()
-				r, err := l.Allow(ctx, "k", limit)
+				r, err := l.Allow(ctx, 1, limit.For("k"))
 				returned := time.Now()
 				if err != nil {
 					t.Fatal(err)
@@ -260,7 +260,7 @@ func TestDenyCacheBoundedMemory(t *testing.T) {
 	keys := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
 	for _, k := range keys {
 		opsMustAllowN(t, l, k, limit, 1)
-		if r, err := l.Allow(ctx, k, limit); err != nil || r.Allowed {
+		if r, err := l.Allow(ctx, 1, limit.For(k)); err != nil || r.Allowed {
 			t.Fatalf("%s: %+v, %v; want denied", k, r, err)
 		}
 		l.denied.mu.Lock()
@@ -272,7 +272,7 @@ func TestDenyCacheBoundedMemory(t *testing.T) {
 	}
 	cached := 0
 	for _, k := range keys {
-		r, err := l.Allow(ctx, k, limit)
+		r, err := l.Allow(ctx, 1, limit.For(k))
 		if err != nil || r.Allowed {
 			t.Errorf("%s: %+v, %v; want still denied (from the cache or from Redis)", k, r, err)
 		}
@@ -291,7 +291,7 @@ func TestDenyCacheOff(t *testing.T) {
 	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)))
 	opsMustAllowN(t, l, "k", PerHour(1), 1)
 	for range 3 {
-		if r, err := l.Allow(ctx, "k", PerHour(1)); err != nil || r.Allowed || r.Cached {
+		if r, err := l.Allow(ctx, 1, PerHour(1).For("k")); err != nil || r.Allowed || r.Cached {
 			t.Errorf("without a deny cache: %+v, %v; want denied by Redis", r, err)
 		}
 	}
@@ -316,7 +316,7 @@ func TestDenyCacheAbusiveTraffic(t *testing.T) {
 		l := opsNew(t, rdb, append([]Option{WithPrefix(opsPrefix(t)), WithTimeout(time.Second)}, opts...)...)
 		ctx := context.Background()
 		// Load the script, so both runs count decisions only.
-		if _, err := l.Peek(ctx, "warm-up", limit); err != nil {
+		if _, err := l.Peek(ctx, limit.For("warm-up")); err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -331,7 +331,7 @@ func TestDenyCacheAbusiveTraffic(t *testing.T) {
 				defer tick.Stop()
 				for range perG {
 					<-tick.C
-					r, err := l.Allow(ctx, "abuser", limit)
+					r, err := l.Allow(ctx, 1, limit.For("abuser"))
 					mu.Lock()
 					total++
 					if err != nil {
@@ -387,7 +387,7 @@ func TestDenyCacheStaleAfterAnAdmission(t *testing.T) {
 	opsMustDenyN(t, l, "k", limit, 5) // 3 short: 18 minutes, cached
 	opsMustAllowN(t, l, "k", limit, 2)
 	before := count.cmds.Load()
-	r, err := l.AllowN(ctx, "k", limit, 5)
+	r, err := l.Allow(ctx, 5, limit.For("k"))
 	if err != nil || r.Allowed || r.Cached || count.cmds.Load() == before {
 		t.Fatalf("AllowN(5) after 2 were admitted: %+v, %v (%d commands); want a denial from Redis", r, err, count.cmds.Load()-before)
 	}

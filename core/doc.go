@@ -6,7 +6,7 @@
 // # The algorithms
 //
 // A Limit is Rate units per Period, enforced by one of five algorithms. A
-// unit is a request, or a share of its cost (AllowN). All of them take time
+// unit is a request, or a share of its cost (Allow's n). All of them take time
 // from Redis (TIME, in microseconds), never from the app servers, so
 // instances with skewed clocks agree; none moves back in time when Redis'
 // clock does (after a failover, say), so no fresh quota is handed out; each
@@ -53,7 +53,7 @@
 // front of a fragile downstream.
 //
 // Concurrency limits requests in flight rather than their rate: at most
-// Rate at once per key, each holding a permit from AllowN until Refund
+// Rate at once per key, each holding a permit from Allow until Refund
 // gives it back (or Renew keeps it); a permit whose holder died lapses
 // after Period, so a crash never shrinks the limit for longer. Work per
 // call is O(log N) in the N permits held.
@@ -67,15 +67,18 @@
 // # Using it
 //
 // A Limiter is safe for concurrent use; make one per Redis client and share
-// it. AllowN decides and takes; AllowAtMost takes what fits; Peek reports
-// without taking; Refund gives back what a Result took, and Settle charges
-// what a request really cost once it is known (beyond what is left, as a
-// debt later requests wait out); Reset forgets a key; Wait blocks until
-// admitted; AllowLayers checks several limits of one key atomically. A
-// denial is a Result with Allowed false, never an error: errors are for
-// invalid arguments and Redis failures. Concurrent decisions of one group
-// of keys share script calls (see WithBatching), each decided exactly as
-// it would be alone.
+// it. Every verb takes one or more Rules, a key under a Limit
+// (core.PerSecond(10).For("user:42")), and decides them together, all or
+// nothing: several Limits of one key (10 per second and 1000 per hour),
+// or several keys (a user's and its organisation's). Allow decides and
+// takes; AllowAtMost takes what fits; Peek reports without taking; Refund
+// gives back what a Result took, and Settle charges what a request really
+// cost once it is known (beyond what is left, as a debt later requests
+// wait out); Renew keeps Concurrency permits; Reset forgets a key; Wait
+// blocks until admitted. A denial is a Result with Allowed false, never an
+// error: errors are for invalid arguments and Redis failures. Concurrent
+// decisions of one group of keys share script calls (see WithBatching),
+// each decided exactly as it would be alone.
 //
 // On Redis 7 the scripts are one function library, loaded once per node
 // (FUNCTION LOAD) and called with FCALL; elsewhere (older or managed
@@ -83,8 +86,12 @@
 // that lost the library (a restart, FUNCTION FLUSH) is answered by the
 // script at once while the library is loaded again.
 //
-// Keys are untrusted input: they are escaped so a caller cannot choose the
-// Redis Cluster hash tag, long keys are hashed, and any bytes work.
+// Keys are untrusted input, and any bytes work: they are escaped, so that
+// no key reaches another's state, and long ones are hashed. A key's hash
+// tag, as Redis defines it ("{org:7}" in "{org:7}:user:42"), chooses its
+// Cluster slot, so that the keys of one decision can share one (see Rule);
+// a client that sends braces in its key moves only its own key's slot,
+// which any key could do by its hash.
 //
 // Redis should not evict the Limiter's keys: an evicted key is a fresh
 // quota. Ping and Health report a Redis that may (see Health.MayEvict).

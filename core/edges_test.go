@@ -37,7 +37,7 @@ func TestLoweredLimitIsSane(t *testing.T) {
 				high.MaxDelay, low.MaxDelay = time.Hour, time.Hour
 			}
 			at(0)
-			if r, err := l.AllowN(ctx, "k", high, 50); err != nil || !r.Allowed {
+			if r, err := l.Allow(ctx, 50, high.For("k")); err != nil || !r.Allowed {
 				t.Fatalf("AllowN(50) under 100/min: %+v, %v", r, err)
 			}
 			for _, n := range []int{5, 1} {
@@ -54,7 +54,7 @@ func TestLoweredLimitIsSane(t *testing.T) {
 					}
 				}
 			}
-			r, err := l.Peek(ctx, "k", low)
+			r, err := l.Peek(ctx, low.For("k"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -62,11 +62,11 @@ func TestLoweredLimitIsSane(t *testing.T) {
 				return // the bucket carried what the new capacity holds
 			}
 			at(r.RetryAfter - time.Microsecond)
-			if p, _ := l.Peek(ctx, "k", low); p.Allowed {
+			if p, _ := l.Peek(ctx, low.For("k")); p.Allowed {
 				t.Errorf("RetryAfter %v, yet one unit passes 1µs before it", r.RetryAfter)
 			}
 			at(r.RetryAfter)
-			if p, _ := l.Peek(ctx, "k", low); !p.Allowed {
+			if p, _ := l.Peek(ctx, low.For("k")); !p.Allowed {
 				t.Errorf("RetryAfter %v, yet one unit is still denied after it: %+v", r.RetryAfter, p)
 			}
 		})
@@ -87,13 +87,13 @@ func TestLeaseLoweredLimitReturns(t *testing.T) {
 	high := Limit{Algorithm: FixedWindow, Rate: 1000, Period: time.Minute}
 	low := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Minute}
 	for i := range 500 {
-		if r, err := l.Allow(ctx, "hot", high); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, high.For("hot")); err != nil || !r.Allowed {
 			t.Fatalf("request %d under 1000/min: %+v, %v", i, r, err)
 		}
 	}
 	before := count.cmds.Load()
 	start := time.Now()
-	r, err := l.Allow(ctx, "hot", low)
+	r, err := l.Allow(ctx, 1, low.For("hot"))
 	if err != nil || r.Allowed || r.RetryAfter <= 0 {
 		t.Fatalf("Allow under 100/min after 500 of 1000: %+v, %v; want a denial with a wait", r, err)
 	}
@@ -103,7 +103,7 @@ func TestLeaseLoweredLimitReturns(t *testing.T) {
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	before, start = count.cmds.Load(), time.Now()
-	if _, err := l.Wait(wctx, "hot", low); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := l.Wait(wctx, 1, low.For("hot")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Wait whose wait outlasts its context: %v, want DeadlineExceeded", err)
 	}
 	if calls, took := count.cmds.Load()-before, time.Since(start); calls > 4 || took > time.Second {
@@ -133,21 +133,21 @@ func TestRefundAfterItsWindowGivesNothing(t *testing.T) {
 			at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
 			end := time.Second - time.Millisecond // the last ms of the window
 			at(end)
-			taken, err := l.AllowN(ctx, "k", tt.lim, 2)
+			taken, err := l.Allow(ctx, 2, tt.lim.For("k"))
 			if err != nil || !taken.Allowed {
 				t.Fatalf("AllowN(2) = %+v, %v", taken, err)
 			}
 			at(end + tt.late)
-			if err := l.Refund(ctx, "k", tt.lim, taken); err != nil {
+			if err := l.Refund(ctx, taken, tt.lim.For("k")); err != nil {
 				t.Fatal(err)
 			}
-			r, err := l.Peek(ctx, "k", tt.lim)
+			r, err := l.Peek(ctx, tt.lim.For("k"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			// Without the refund the key holds what it holds now from time
 			// alone: the refund added nothing to it.
-			fresh, err := l.Peek(ctx, "fresh-twin", tt.lim)
+			fresh, err := l.Peek(ctx, tt.lim.For("fresh-twin"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,10 +155,10 @@ func TestRefundAfterItsWindowGivesNothing(t *testing.T) {
 				t.Errorf("after a late refund Remaining is %d, above a whole quota's %d", r.Remaining, fresh.Remaining)
 			}
 			if tt.lim.Algorithm == FixedWindow {
-				if r2, _ := l.AllowN(ctx, "k", tt.lim, 2); !r2.Allowed {
+				if r2, _ := l.Allow(ctx, 2, tt.lim.For("k")); !r2.Allowed {
 					t.Errorf("the next window: AllowN(2) = %+v, want its Rate", r2)
 				}
-				if r3, _ := l.Allow(ctx, "k", tt.lim); r3.Allowed {
+				if r3, _ := l.Allow(ctx, 1, tt.lim.For("k")); r3.Allowed {
 					t.Errorf("the next window admitted a third unit after a late refund: %+v", r3)
 				}
 			}
@@ -174,17 +174,17 @@ func TestRefundInItsWindowGivesBack(t *testing.T) {
 		t.Run(a.String(), func(t *testing.T) {
 			_, _, l := miniLimiter(t) // the clock stands still
 			lim := Limit{Algorithm: a, Rate: 3, Period: time.Minute}
-			taken, err := l.AllowN(ctx, "k", lim, 3)
+			taken, err := l.Allow(ctx, 3, lim.For("k"))
 			if err != nil || !taken.Allowed {
 				t.Fatalf("AllowN(3) = %+v, %v", taken, err)
 			}
-			if r, _ := l.Allow(ctx, "k", lim); r.Allowed {
+			if r, _ := l.Allow(ctx, 1, lim.For("k")); r.Allowed {
 				t.Fatalf("a fourth unit passed: %+v", r)
 			}
-			if err := l.Refund(ctx, "k", lim, taken); err != nil {
+			if err := l.Refund(ctx, taken, lim.For("k")); err != nil {
 				t.Fatal(err)
 			}
-			if r, err := l.AllowN(ctx, "k", lim, 3); err != nil || !r.Allowed {
+			if r, err := l.Allow(ctx, 3, lim.For("k")); err != nil || !r.Allowed {
 				t.Errorf("after the refund AllowN(3) = %+v, %v; want admitted", r, err)
 			}
 		})
@@ -207,7 +207,7 @@ func TestSlidingWindowLogIsBounded(t *testing.T) {
 	}
 	for i := range n {
 		mr.SetTime(redistest.Epoch.Add(time.Duration(i) * 10 * time.Second / time.Duration(n)))
-		if r, err := l.AllowN(ctx, "k", lim, 100); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 100, lim.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, r, err)
 		}
 	}
@@ -220,14 +220,14 @@ func TestSlidingWindowLogIsBounded(t *testing.T) {
 		t.Errorf("the log holds %d entries after %d requests at distinct instants (%v), want 1000 to 1025", card, n, err)
 	}
 	// Every unit still counts: the window holds n*100 of the 1e6.
-	if r, err := l.Peek(ctx, "k", lim); err != nil || r.Remaining != lim.Rate-100*n {
+	if r, err := l.Peek(ctx, lim.For("k")); err != nil || r.Remaining != lim.Rate-100*n {
 		t.Errorf("Peek: Remaining %d, %v; want %d", r.Remaining, err, lim.Rate-100*n)
 	}
 	mr.SetTime(redistest.Epoch.Add(30 * time.Second))
-	if r, err := l.AllowN(ctx, "k", lim, 1_000_000); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, 1_000_000, lim.For("k")); err != nil || !r.Allowed {
 		t.Errorf("after the window, AllowN(1e6) = %+v, %v; want admitted", r, err)
 	}
-	if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed || r.RetryAfter != 10*time.Second {
+	if r, err := l.Allow(ctx, 1, lim.For("k")); err != nil || r.Allowed || r.RetryAfter != 10*time.Second {
 		t.Errorf("then Allow = %+v, %v; want denied for 10s", r, err)
 	}
 }
@@ -257,10 +257,10 @@ func TestLongPeriodsAndLargeRates(t *testing.T) {
 				}
 				mr, _, l := miniLimiter(t)
 				mr.SetTime(redistest.Epoch)
-				if r, err := l.AllowN(ctx, "k", lim, lim.Rate); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, lim.Rate, lim.For("k")); err != nil || !r.Allowed {
 					t.Fatalf("AllowN(Rate) = %+v, %v", r, err)
 				}
-				r, err := l.Allow(ctx, "k", lim)
+				r, err := l.Allow(ctx, 1, lim.For("k"))
 				if err != nil || r.Allowed {
 					t.Fatalf("Allow after the Rate = %+v, %v; want denied", r, err)
 				}
@@ -292,12 +292,12 @@ func TestCancelledFetcherFailsNoOne(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	var first error
-	wg.Go(func() { _, first = l.Allow(short, "hot", lim) })
+	wg.Go(func() { _, first = l.Allow(short, 1, lim.For("hot")) })
 	<-hook.started
 	results := make([]Result, 8)
 	errs := make([]error, 8)
 	for i := range results {
-		wg.Go(func() { results[i], errs[i] = l.Allow(context.Background(), "hot", lim) })
+		wg.Go(func() { results[i], errs[i] = l.Allow(context.Background(), 1, lim.For("hot")) })
 	}
 	wg.Wait()
 	if !errors.Is(first, context.DeadlineExceeded) {
@@ -354,7 +354,7 @@ func TestStalledRedisKeepsEveryTimeout(t *testing.T) {
 			}
 			// A warm Limiter: a new one's first decisions may wait for its
 			// first load too (see New), which is not what this measures.
-			if _, err := l.Allow(context.Background(), "warm", PerSecond(100)); err != nil {
+			if _, err := l.Allow(context.Background(), 1, PerSecond(100).For("warm")); err != nil {
 				t.Fatal(err)
 			}
 			rdb.AddHook(stallAll{d: 1500 * time.Millisecond})
@@ -363,7 +363,7 @@ func TestStalledRedisKeepsEveryTimeout(t *testing.T) {
 			for i := range callers {
 				wg.Go(func() {
 					start := time.Now()
-					_, _ = l.Allow(context.Background(), fmt.Sprint("k", i%50), PerSecond(100))
+					_, _ = l.Allow(context.Background(), 1, PerSecond(100).For(fmt.Sprint("k", i%50)))
 					if took := int64(time.Since(start)); took > slowest.Load() {
 						slowest.Store(took)
 					}
@@ -388,13 +388,13 @@ func TestLimitersLeaveNothingOnTheClient(t *testing.T) {
 	w := watchOf(rdb)
 	for range 200 {
 		l := opsNew(t, rdb, opsPatient)
-		if _, err := l.Allow(ctx, "k", PerSecond(10)); err != nil {
+		if _, err := l.Allow(ctx, 1, PerSecond(10).For("k")); err != nil {
 			t.Fatal(err)
 		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.Allow(ctx, "k", PerSecond(10)); !errors.Is(err, ErrClosed) {
+		if _, err := l.Allow(ctx, 1, PerSecond(10).For("k")); !errors.Is(err, ErrClosed) {
 			t.Fatalf("Allow after Close: %v, want ErrClosed", err)
 		}
 	}
@@ -435,19 +435,19 @@ func TestDenyCacheAnswersLargerCosts(t *testing.T) {
 	l := opsNew(t, rdb, WithPrefix(prefix), opsPatient, WithDenyCache(100))
 	plain := opsNew(t, rdb, WithPrefix(prefix), opsPatient)
 	limit := PerMinute(10)
-	if r, err := l.AllowN(ctx, "k", limit, 10); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, 10, limit.For("k")); err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
-	if r, err := l.Allow(ctx, "k", limit); err != nil || r.Allowed || r.Cached {
+	if r, err := l.Allow(ctx, 1, limit.For("k")); err != nil || r.Allowed || r.Cached {
 		t.Fatalf("a denial from Redis: %+v, %v", r, err)
 	}
 	before := count.cmds.Load()
 	for n := 1; n <= 10; n++ {
-		r, err := l.AllowN(ctx, "k", limit, n)
+		r, err := l.Allow(ctx, n, limit.For("k"))
 		if err != nil || r.Allowed || !r.Cached {
 			t.Fatalf("AllowN(%d): %+v, %v; want a cached denial", n, r, err)
 		}
-		exact, _ := plain.Peek(ctx, "k", limit) // the wait for one
+		exact, _ := plain.Peek(ctx, limit.For("k")) // the wait for one
 		// (The cached wait counts down on the real clock, miniredis' stands
 		// still: 100ms allows for the test's own time.)
 		if want := exact.RetryAfter + time.Duration(n-1)*6*time.Second; r.RetryAfter < want-100*time.Millisecond {
@@ -472,11 +472,11 @@ func TestSlidingWindowRefundedLogStaysStrict(t *testing.T) {
 	at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
 	for i := range 1030 {
 		at(time.Duration(i) * time.Millisecond)
-		r, err := l.Allow(ctx, "k", lim)
+		r, err := l.Allow(ctx, 1, lim.For("k"))
 		if err != nil || !r.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, r, err)
 		}
-		if err := l.Refund(ctx, "k", lim, r); err != nil {
+		if err := l.Refund(ctx, r, lim.For("k")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -488,7 +488,7 @@ func TestSlidingWindowRefundedLogStaysStrict(t *testing.T) {
 	admitted := 0
 	for i := range 150 {
 		at(2*time.Second + time.Duration(i)*10*time.Millisecond)
-		r, err := l.Allow(ctx, "k", lim)
+		r, err := l.Allow(ctx, 1, lim.For("k"))
 		if err != nil {
 			t.Fatal(err)
 		}

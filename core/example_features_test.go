@@ -28,13 +28,13 @@ func ExamplePerMonth() {
 	ctx := context.Background()
 	quota := core.PerMonth(10000, berlin) // or "10000/month tz=Europe/Berlin"
 
-	res, err := limiter.AllowN(ctx, "customer:7", quota, 9500)
+	res, err := limiter.Allow(ctx, 9500, quota.For("customer:7"))
 	if err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}
 	fmt.Println("allowed:", res.Allowed, "remaining:", res.Remaining)
-	if res, err = limiter.AllowN(ctx, "customer:7", quota, 600); err != nil {
+	if res, err = limiter.Allow(ctx, 600, quota.For("customer:7")); err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}
@@ -58,18 +58,18 @@ func ExampleLimiter_Settle() {
 	ctx := context.Background()
 	budget := core.Limit{Rate: 1000, Period: time.Minute} // tokens per minute
 
-	taken, err := limiter.AllowN(ctx, "tenant:acme", budget, 100) // the estimate
+	taken, err := limiter.Allow(ctx, 100, budget.For("tenant:acme")) // the estimate
 	if err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}
-	res, err := limiter.Settle(ctx, "tenant:acme", budget, taken, 1600)
+	res, err := limiter.Settle(ctx, taken, 1600, budget.For("tenant:acme"))
 	if err != nil {
 		fmt.Println("redis failed:", err) // the estimate stands
 		return
 	}
 	fmt.Println("used 1600 of an estimate of 100; remaining:", res.Remaining)
-	next, err := limiter.Allow(ctx, "tenant:acme", budget)
+	next, err := limiter.Allow(ctx, 1, budget.For("tenant:acme"))
 	if err != nil {
 		fmt.Println("redis failed:", err)
 		return
@@ -97,7 +97,7 @@ func ExampleInFlight() {
 
 	var held []core.Result // the permits taken, to give back
 	for range 3 {
-		res, err := limiter.Allow(ctx, "tenant:acme", jobs)
+		res, err := limiter.Allow(ctx, 1, jobs.For("tenant:acme"))
 		if err != nil {
 			fmt.Println("redis failed:", err) // fail open or closed: your call
 			return
@@ -108,11 +108,11 @@ func ExampleInFlight() {
 		}
 	}
 	if len(held) > 0 { // the first job ends
-		if err := limiter.Refund(ctx, "tenant:acme", jobs, held[0]); err != nil {
+		if err := limiter.Refund(ctx, held[0], jobs.For("tenant:acme")); err != nil {
 			fmt.Println("redis failed:", err) // the permit lapses after the Period
 		}
 	}
-	d, err := limiter.Allow(ctx, "tenant:acme", jobs)
+	d, err := limiter.Allow(ctx, 1, jobs.For("tenant:acme"))
 	if err != nil {
 		fmt.Println("redis failed:", err)
 		return

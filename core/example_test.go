@@ -40,7 +40,7 @@ func ExampleLimiter_Allow() {
 	if err != nil {
 		panic(err)
 	}
-	res, err := limiter.Allow(context.Background(), "user:42", core.PerSecond(10))
+	res, err := limiter.Allow(context.Background(), 1, core.PerSecond(10).For("user:42"))
 	switch {
 	case err != nil:
 		fmt.Println("redis failed:", err) // fail open or closed: your call
@@ -53,7 +53,7 @@ func ExampleLimiter_Allow() {
 	// allowed; 9 left; full again in 100ms
 }
 
-func ExampleLimiter_AllowN_denied() {
+func ExampleLimiter_Allow_denied() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
@@ -63,11 +63,11 @@ func ExampleLimiter_AllowN_denied() {
 	}
 	ctx := context.Background()
 	limit := core.PerMinute(3)
-	if _, err := limiter.AllowN(ctx, "user:42", limit, 3); err != nil {
+	if _, err := limiter.Allow(ctx, 3, limit.For("user:42")); err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}
-	res, err := limiter.Allow(ctx, "user:42", limit)
+	res, err := limiter.Allow(ctx, 1, limit.For("user:42"))
 	if err != nil {
 		fmt.Println("redis failed:", err)
 		return
@@ -91,18 +91,18 @@ func ExampleLimiter_AllowAtMost() {
 	}
 	ctx := context.Background()
 	limit := core.PerMinute(100)
-	res, err := limiter.AllowAtMost(ctx, "export-job", limit, 250)
+	res, err := limiter.AllowAtMost(ctx, 250, limit.For("export-job"))
 	if err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}
 	fmt.Println("granted:", res.Granted)
 	sent := 80 // the rest failed before it was sent
-	if _, err := limiter.Settle(ctx, "export-job", limit, res, sent); err != nil {
+	if _, err := limiter.Settle(ctx, res, sent, limit.For("export-job")); err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}
-	if res, err = limiter.Peek(ctx, "export-job", limit); err != nil {
+	if res, err = limiter.Peek(ctx, limit.For("export-job")); err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}
@@ -123,7 +123,7 @@ func ExampleLimiter_Allow_leakyBucket() {
 	// Two requests per second leave the queue, at most four wait in it.
 	limit := core.Limit{Algorithm: core.LeakyBucket, Rate: 2, Period: time.Second, Burst: 4}
 	for i := range 5 {
-		res, err := limiter.Allow(context.Background(), "outbound-api", limit)
+		res, err := limiter.Allow(context.Background(), 1, limit.For("outbound-api"))
 		if err != nil {
 			fmt.Println("redis failed:", err)
 			return
@@ -142,7 +142,9 @@ func ExampleLimiter_Allow_leakyBucket() {
 	// request 4: queue full, retry after 500ms
 }
 
-func ExampleLimiter_AllowLayers() {
+// One key under two Limits: a request is admitted only if both admit it,
+// and then counts in both. Result.Rules says what each decided.
+func ExampleLimiter_Allow_rules() {
 	rdb, stop := exampleRedis()
 	defer stop()
 
@@ -151,19 +153,19 @@ func ExampleLimiter_AllowLayers() {
 		panic(err)
 	}
 	ctx := context.Background()
-	layers := []core.Limit{core.PerSecond(10), core.PerHour(12)}
+	rules := []core.Rule{core.PerSecond(10).For("user:42"), core.PerHour(12).For("user:42")}
 	for i := range 3 {
-		rs, err := limiter.AllowLayers(ctx, "user:42", layers, 5)
+		res, err := limiter.Allow(ctx, 5, rules...)
 		if err != nil {
 			fmt.Println("redis failed:", err)
 			return
 		}
-		fmt.Printf("request %d: per second %v, per hour %v\n", i, rs[0].Allowed, rs[1].Allowed)
+		fmt.Printf("request %d: allowed %v (per second %v, per hour %v)\n", i, res.Allowed, res.Rules[0].Allowed, res.Rules[1].Allowed)
 	}
 	// Output:
-	// request 0: per second true, per hour true
-	// request 1: per second true, per hour true
-	// request 2: per second false, per hour false
+	// request 0: allowed true (per second true, per hour true)
+	// request 1: allowed true (per second true, per hour true)
+	// request 2: allowed false (per second false, per hour false)
 }
 
 func ExampleLimit_UnmarshalText() {

@@ -244,9 +244,9 @@ func (s *sketch) decideAt(idx [sketchDepth]uint64, sh share, n int, atMost bool,
 // serve gives redisErr back, for the caller's fail policy.
 func (s *sketch) decide(keys []string, rq *request, now time.Time, out []Result, redisErr error) error {
 	pl := rq.pl
-	var shares [maxLayers]share
-	var idx [maxLayers][sketchDepth]uint64
-	var tats [maxLayers]int64
+	var shares [maxRules]share
+	var idx [maxRules][sketchDepth]uint64
+	var tats [maxRules]int64
 	k := 0
 	for i, ly := range pl.layers {
 		sh, ok := s.shareOf(ly.row, ly.limit)

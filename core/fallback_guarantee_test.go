@@ -37,7 +37,7 @@ type fleet struct {
 
 func newFleet(t *testing.T, n int, limit Limit) *fleet {
 	t.Helper()
-	pl, err := newPlan([]Limit{limit}, layer0)
+	pl, err := newPlan([]Limit{limit}, layer0, layer0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +437,7 @@ func TestFallbackHugeBurstRetryAfterDoesNotWrap(t *testing.T) {
 	}
 	// A layer that admits beside one that denies reports what it had
 	// before: ResetAfter never below 0.
-	pl, err := newPlan([]Limit{limit, PerSecond(1)}, []int{0, 1})
+	pl, err := newPlan([]Limit{limit, PerSecond(1)}, []int{0, 1}, []int{0, 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +478,7 @@ func TestFallbackOutageSwitch(t *testing.T) {
 	count := func(l *Limiter, key string, calls int, wantFallback bool) (admitted int, receipts []Result) {
 		t.Helper()
 		for i := range calls {
-			r, err := l.Allow(ctx, key, limit)
+			r, err := l.Allow(ctx, 1, limit.For(key))
 			if err != nil {
 				t.Fatalf("%s call %d: %v", key, i, err)
 			}
@@ -528,7 +528,7 @@ func TestFallbackOutageSwitch(t *testing.T) {
 		40+total["spent"], bound)
 	// Refunds while Redis is down reach nobody, and give the fallback
 	// nothing back.
-	if err := fleet[0].Refund(ctx, "fresh", limit, receipts["fresh"][0]); err == nil {
+	if err := fleet[0].Refund(ctx, receipts["fresh"][0], limit.For("fresh")); err == nil {
 		t.Errorf("Refund with Redis down = nil, want the Redis error")
 	}
 	if got, _ := count(fleet[3], "fresh", 1, true); got != 0 {
@@ -547,14 +547,14 @@ func TestFallbackOutageSwitch(t *testing.T) {
 	// own key: another key refuses them).
 	for i := range receipts["fresh"] {
 		l := fleet[i%4]
-		if err := l.Refund(ctx, "fresh", limit, receipts["fresh"][i]); err != nil {
+		if err := l.Refund(ctx, receipts["fresh"][i], limit.For("fresh")); err != nil {
 			t.Fatalf("Refund of fallback receipt %d: %v", i, err)
 		}
-		if _, err := l.Settle(ctx, "spent", limit, receipts["spent"][i], 0); err != nil {
+		if _, err := l.Settle(ctx, receipts["spent"][i], 0, limit.For("spent")); err != nil {
 			t.Fatalf("Settle of fallback receipt %d: %v", i, err)
 		}
 	}
-	if p, err := fleet[0].Peek(ctx, "spent", limit); err != nil || p.Remaining != 0 {
+	if p, err := fleet[0].Peek(ctx, limit.For("spent")); err != nil || p.Remaining != 0 {
 		t.Errorf("Peek of the spent key after settling %d fallback receipts: %+v, %v; want 0 remaining", len(receipts["spent"]), p, err)
 	}
 	if got, _ := count(fleet[1], "fresh", 45, false); got != 40 {

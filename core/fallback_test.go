@@ -41,7 +41,7 @@ func TestFallbackKeyRotationFlood(t *testing.T) {
 			admitted := make([]int, keys)
 			for range 10 {
 				for k := range keys {
-					r, err := l.Allow(ctx, fmt.Sprintf("rotating:%d", k), limit)
+					r, err := l.Allow(ctx, 1, limit.For(fmt.Sprintf("rotating:%d", k)))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -111,27 +111,27 @@ func TestFallbackCostAboveShare(t *testing.T) {
 	ctx := context.Background()
 	l := downLimiter(t, 4, 10)
 	limit := PerSecond(100) // share 25
-	if r, err := l.AllowN(ctx, "k", limit, 25); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, 25, limit.For("k")); err != nil || !r.Allowed {
 		t.Fatalf("AllowN(25) = %+v, %v; want admitted", r, err)
 	}
-	if _, err := l.AllowN(ctx, "k", limit, 26); !errors.Is(err, ErrInvalidCost) {
+	if _, err := l.Allow(ctx, 26, limit.For("k")); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowN(26) above the share = %v, want ErrInvalidCost", err)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	if _, err := l.WaitN(wctx, "k", limit, 26); !errors.Is(err, ErrInvalidCost) || time.Since(start) > time.Second {
+	if _, err := l.Wait(wctx, 26, limit.For("k")); !errors.Is(err, ErrInvalidCost) || time.Since(start) > time.Second {
 		t.Errorf("WaitN(26) = %v after %v; want ErrInvalidCost at once", err, time.Since(start))
 	}
-	if _, err := l.AllowLayers(ctx, "k", []Limit{PerSecond(1000), limit}, 26); !errors.Is(err, ErrInvalidCost) {
-		t.Errorf("AllowLayers(26) above layer 1's share = %v, want ErrInvalidCost", err)
+	if _, err := l.Allow(ctx, 26, PerSecond(1000).For("k"), limit.For("k")); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("Allow(26) above rule 1's share = %v, want ErrInvalidCost", err)
 	}
 	// A window's share of 25 admits (25+1)/2 = 13 at once.
 	window := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Second}
-	if r, err := l.AllowN(ctx, "w", window, 13); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, 13, window.For("w")); err != nil || !r.Allowed {
 		t.Errorf("AllowN(13) of %v = %+v, %v; want admitted", window, r, err)
 	}
-	if _, err := l.AllowN(ctx, "w", window, 14); !errors.Is(err, ErrInvalidCost) {
+	if _, err := l.Allow(ctx, 14, window.For("w")); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowN(14) of %v = %v, want ErrInvalidCost", window, err)
 	}
 }
@@ -143,29 +143,33 @@ func TestFallbackLayersAllOrNothing(t *testing.T) {
 	l := downLimiter(t, 1, 10)
 	layers := []Limit{PerMinute(10), PerHour(3)}
 	for i := range 3 {
-		rs, err := l.AllowLayers(ctx, "k", layers, 1)
-		if err != nil || !rs[0].Allowed || !rs[1].Allowed || rs[0].Granted != 1 {
-			t.Fatalf("request %d: %+v, %v; want admitted", i, rs, err)
+		res, err := l.Allow(ctx, 1, layers[0].For("k"), layers[1].For("k"))
+		if err != nil || !res.Allowed || !res.Rules[0].Allowed || !res.Rules[1].Allowed || res.Rules[0].Granted != 1 {
+			t.Fatalf("request %d: %+v, %v; want admitted", i, res, err)
 		}
 	}
 	for i := range 5 {
-		rs, err := l.AllowLayers(ctx, "k", layers, 1)
-		if err != nil || rs[1].Allowed || rs[0].Granted != 0 || rs[1].Granted != 0 {
-			t.Fatalf("denied request %d: %+v, %v; want the hourly layer to deny, nothing granted", i, rs, err)
+		res, err := l.Allow(ctx, 1, layers[0].For("k"), layers[1].For("k"))
+		if err != nil || res.Allowed || len(res.Rules) != 2 {
+			t.Fatalf("denied request %d: %+v, %v; want denied, with a Result per Rule", i, res, err)
+		}
+		rs := res.Rules
+		if rs[1].Allowed || rs[0].Granted != 0 || rs[1].Granted != 0 {
+			t.Fatalf("denied request %d: %+v; want the hourly layer to deny, nothing granted", i, res)
 		}
 		if rs[0].Remaining != 7 {
 			t.Fatalf("denied request %d: the per-minute layer reports %d remaining, want 7: a denial took from it", i, rs[0].Remaining)
 		}
 	}
 	// The per-minute layer kept its 7: a plain decision sees them.
-	if r, err := l.AllowN(ctx, "k", layers[0], 7); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, 7, layers[0].For("k")); err != nil || !r.Allowed {
 		t.Errorf("AllowN(7) on layer 0 = %+v, %v; want admitted", r, err)
 	}
 }
 
 // allowOne decides one request of key under limit in the sketch alone.
 func (s *sketch) allowOne(key string, limit Limit, n int, atMost bool, now time.Time) (Result, error) {
-	pl, err := newPlan([]Limit{limit}, layer0)
+	pl, err := newPlan([]Limit{limit}, layer0, layer0)
 	if err != nil {
 		return Result{}, err
 	}
@@ -203,32 +207,28 @@ func TestFallbackShareBelowOneUnitRefused(t *testing.T) {
 			t.Errorf("%s: %v; want it to say the fallback cannot share the Limit", what, err)
 		}
 	}
-	r, err := l.Allow(ctx, "k", small)
+	r, err := l.Allow(ctx, 1, small.For("k"))
 	wantRefused("Allow", r, err)
-	r, err = l.AllowAtMost(ctx, "k", small, 3)
+	r, err = l.AllowAtMost(ctx, 3, small.For("k"))
 	wantRefused("AllowAtMost", r, err)
 	for _, layers := range [][]Limit{{served, small}, {small, served}} {
-		rs, err := l.AllowLayers(ctx, "k", layers, 1)
-		var r0 Result
-		if len(rs) > 0 {
-			r0 = rs[0]
-		}
-		wantRefused(fmt.Sprintf("AllowLayers(%v)", layers), r0, err)
+		r, err := l.Allow(ctx, 1, layers[0].For("k"), layers[1].For("k"))
+		wantRefused(fmt.Sprintf("Allow(%v)", layers), r, err)
 	}
 	start := time.Now()
-	r, err = l.Wait(ctx, "k", small)
+	r, err = l.Wait(ctx, 1, small.For("k"))
 	wantRefused("Wait", r, err)
 	if time.Since(start) > time.Second {
 		t.Errorf("Wait took %v to give up, want at once", time.Since(start))
 	}
 	// The bucket's share is its Capacity's: a Burst of 20 is served.
-	if r, err := l.Allow(ctx, "k", Limit{Rate: 1, Period: time.Minute, Burst: 20}); err != nil || !r.Allowed || !r.Fallback {
+	if r, err := l.Allow(ctx, 1, Limit{Rate: 1, Period: time.Minute, Burst: 20}.For("k")); err != nil || !r.Allowed || !r.Fallback {
 		t.Errorf("1/min burst 20 on 20 instances: %+v, %v; want admitted in process (one unit each)", r, err)
 	}
-	if r, err := l.Allow(ctx, "k", served); err != nil || !r.Allowed || !r.Fallback {
+	if r, err := l.Allow(ctx, 1, served.For("k")); err != nil || !r.Allowed || !r.Fallback {
 		t.Errorf("%v on 20 instances: %+v, %v; want admitted in process", served, r, err)
 	}
-	_, err = l.Allow(ctx, "k", InFlight(100))
+	_, err = l.Allow(ctx, 1, InFlight(100).For("k"))
 	if err == nil || errors.Is(err, ErrInvalidCost) {
 		t.Errorf("InFlight(100) with Redis down: %v, want Redis' error: Concurrency is never decided in process", err)
 	}

@@ -82,7 +82,7 @@ func TestFunctionsRefusedWaitAMinute(t *testing.T) {
 	if l.funcs.on.Load() || l.funcs.fails.Load() != 0 {
 		t.Errorf("on %v, fails %d after a refusal; want off, no passing failure counted", l.funcs.on.Load(), l.funcs.fails.Load())
 	}
-	if r, err := l.Allow(context.Background(), "k", PerSecond(1)); err != nil || !r.Allowed {
+	if r, err := l.Allow(context.Background(), 1, PerSecond(1).For("k")); err != nil || !r.Allowed {
 		t.Fatalf("a decision by script: %+v, %v", r, err)
 	}
 }
@@ -185,17 +185,17 @@ func TestFirstDecisionWaitsForTheLoad(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			key := "first-call-" + t.Name()
-			r, err := l.Allow(ctx, key, PerMinute(10))
+			r, err := l.Allow(ctx, 1, PerMinute(10).For(key))
 			if err != nil || !r.Allowed {
 				t.Fatalf("first decision, Redis held %v: %+v, %v; want it admitted within the caller's 5s", hold, r, err)
 			}
-			if r, err := l.Allow(ctx, key, PerMinute(10)); err != nil || r.Remaining != 8 {
+			if r, err := l.Allow(ctx, 1, PerMinute(10).For(key)); err != nil || r.Remaining != 8 {
 				t.Fatalf("second decision: %+v, %v", r, err)
 			}
 			p.stall.Store(true)
 			defer p.stall.Store(false)
 			start := time.Now()
-			_, err = l.Allow(ctx, key, PerMinute(10))
+			_, err = l.Allow(ctx, 1, PerMinute(10).For(key))
 			if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
 				t.Errorf("a warm Limiter on a stalled Redis: %v after %v; want the %v timeout to end it", err, took, timeout)
 			}
@@ -216,10 +216,10 @@ func TestFirstWaitEndsWithinItsBound(t *testing.T) {
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if _, err := l.Allow(short, "k", PerMinute(10)); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 500*time.Millisecond {
+	if _, err := l.Allow(short, 1, PerMinute(10).For("k")); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 500*time.Millisecond {
 		t.Errorf("a caller whose 20ms end during the first load: %v after %v; want its own deadline", err, time.Since(start))
 	}
-	_, err := l.Allow(context.Background(), "k", PerMinute(10))
+	_, err := l.Allow(context.Background(), 1, PerMinute(10).For("k"))
 	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 3*time.Second {
 		t.Errorf("first decisions on a silent Redis: %v after %v; want a timeout about 1s after New", err, took)
 	}
@@ -268,7 +268,7 @@ func TestNewLimitersDoNotFailLoads(t *testing.T) {
 	rdb.AddHook(cmds)
 	for i := range 20 {
 		l := opsNew(t, rdb, WithTimeout(5*time.Second)) // counting, not timing
-		if _, err := l.Allow(context.Background(), "loads", PerMinute(100)); err != nil {
+		if _, err := l.Allow(context.Background(), 1, PerMinute(100).For("loads")); err != nil {
 			t.Fatalf("Limiter %d: %v", i, err)
 		}
 		if !l.funcs.on.Load() {
@@ -296,7 +296,7 @@ func TestFunctionsRefusedLoggedOnce(t *testing.T) {
 	}
 	defer func() { _ = l.Close() }()
 	for range 3 {
-		if _, err := l.Allow(context.Background(), "k", PerMinute(10)); err != nil {
+		if _, err := l.Allow(context.Background(), 1, PerMinute(10).For("k")); err != nil {
 			t.Fatal(err)
 		}
 		for l.funcs.loading.Load() {
@@ -322,7 +322,7 @@ func TestFirstDecisionOnARefusingRedis(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	l := opsNew(t, rdb)
 	start := time.Now()
-	_, err := l.Allow(context.Background(), "k", PerMinute(10))
+	_, err := l.Allow(context.Background(), 1, PerMinute(10).For("k"))
 	if took := time.Since(start); err == nil || took > 500*time.Millisecond {
 		t.Errorf("first decision on a Redis that refuses connections: %v after %v; want an error within 500ms", err, took)
 	}
@@ -349,7 +349,7 @@ func TestFirstDecisionSweep(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), caller)
 					defer cancel()
 					start := time.Now()
-					r, err := l.Allow(ctx, "sweep", PerMinute(10))
+					r, err := l.Allow(ctx, 1, PerMinute(10).For("sweep"))
 					took := time.Since(start)
 					// A caller of 50ms may meet its own deadline on a busy
 					// machine whatever the hold: that is not the Limiter's.
@@ -365,7 +365,7 @@ func TestFirstDecisionSweep(t *testing.T) {
 						t.Errorf("first decision failed after %v; want about %v", took, min(caller, warmWait+timeout))
 					}
 					time.Sleep(time.Until(p.openAt)) // the server answers from now on
-					if r, err := l.Allow(context.Background(), "sweep", PerMinute(10)); err != nil || !r.Allowed {
+					if r, err := l.Allow(context.Background(), 1, PerMinute(10).For("sweep")); err != nil || !r.Allowed {
 						t.Errorf("a decision once the server answers: %+v, %v", r, err)
 					}
 				})

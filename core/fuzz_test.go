@@ -93,36 +93,57 @@ func unescapeTag(tag string) (string, bool) {
 func checkRedisKey(t *testing.T, prefix, key string, a Algorithm) string {
 	t.Helper()
 	tag := escapeTag(key)
+	// A key with a hash tag of its own is in the slot of that tag: its
+	// escaped form is "<tag>}{<key>", each part escaped.
+	hashed, escaped := tag, tag
+	own, hasOwn := hashTag(key)
+	if hasOwn {
+		var ok bool
+		if hashed, escaped, ok = strings.Cut(tag, "}{"); !ok {
+			t.Fatalf("escapeTag(%q) = %q, want the escaped hash tag %q, then \"}{\" and the escaped key", key, tag, own)
+		}
+		checkTagPart(t, key, own, hashed)
+	}
 	rks := stateKeys(nil, prefix, tag, &algorithms[a], 0)
 	for i, rk := range rks {
 		if want := len(prefix) + 2 + len(tag) + 1 + len(algorithms[a].suffixes[i]); len(rk) != want {
 			t.Fatalf("state key %d of (%q, %q, %v) = %q, %d bytes, want %d", i, prefix, key, a, rk, len(rk), want)
 		}
-		if got, ok := hashTag(rk); !ok || got != tag {
-			t.Fatalf("state key %q: hash tag %q (found %v), want the escaped key %q", rk, got, ok, tag)
+		if got, ok := hashTag(rk); !ok || got != hashed {
+			t.Fatalf("state key %q: hash tag %q (found %v), want %q", rk, got, ok, hashed)
+		}
+		if got, want := keySlot(rk), slot(slotTag(tag)); got != want {
+			t.Fatalf("state key %q: slot %d, but batches group it in %d", rk, got, want)
 		}
 	}
-	rk := rks[0]
-	if strings.ContainsAny(tag, "{}") {
-		t.Fatalf("escapeTag(%q) = %q contains a brace", key, tag)
+	checkTagPart(t, key, key, escaped)
+	return rks[0]
+}
+
+// checkTagPart checks that part is escapeTag's form of raw, a part of key
+// (its hash tag, or all of it): no brace, never empty, at most maxTagLen
+// bytes, and decoding to raw, or raw's hash when raw is too long.
+func checkTagPart(t *testing.T, key, raw, part string) {
+	t.Helper()
+	if strings.ContainsAny(part, "{}") {
+		t.Fatalf("escapeTag(%q): %q contains a brace", key, part)
 	}
-	if tag == "" {
-		t.Fatalf("escapeTag(%q) is empty: Redis Cluster would hash the whole key", key)
+	if part == "" {
+		t.Fatalf("escapeTag(%q): %q is empty: Redis Cluster would hash the whole key", key, part)
 	}
-	if len(tag) > maxTagLen {
-		t.Fatalf("escapeTag(%q) is %d bytes, want <= %d", key, len(tag), maxTagLen)
+	if len(part) > maxTagLen {
+		t.Fatalf("escapeTag(%q): %q is %d bytes, want <= %d", key, part, len(part), maxTagLen)
 	}
-	if strings.HasPrefix(tag, "#") {
-		sum := sha256.Sum256([]byte(key))
-		if want := "#" + base64.RawURLEncoding.EncodeToString(sum[:]); tag != want {
-			t.Fatalf("escapeTag of a %d-byte key = %q, want its hash %q", len(key), tag, want)
+	if strings.HasPrefix(part, "#") {
+		sum := sha256.Sum256([]byte(raw))
+		if want := "#" + base64.RawURLEncoding.EncodeToString(sum[:]); part != want {
+			t.Fatalf("escapeTag(%q): the %d-byte %q = %q, want its hash %q", key, len(raw), raw, part, want)
 		}
-		return rk
+		return
 	}
-	if got, ok := unescapeTag(tag); !ok || got != key {
-		t.Fatalf("escapeTag(%q) = %q, which decodes to %q (ok %v): not injective", key, tag, got, ok)
+	if got, ok := unescapeTag(part); !ok || got != raw {
+		t.Fatalf("escapeTag(%q): %q = %q, which decodes to %q (ok %v): not injective", key, raw, part, got, ok)
 	}
-	return rk
 }
 
 // limiterPrefix is the prefix a Limiter made WithPrefix(p) uses.

@@ -44,25 +44,25 @@ func TestCalendarRedisClockBehind(t *testing.T) {
 			set(tt.app)
 			behind := tt.app.Add(-2 * time.Minute) // the last minute of the window before
 			mr.SetTime(behind)
-			r, err := l.AllowN(ctx, "k", tt.lim, 3)
+			r, err := l.Allow(ctx, 3, tt.lim.For("k"))
 			if err != nil || !r.Allowed || r.ResetAfter != time.Minute {
 				t.Fatalf("Redis a minute before the application's window: AllowN(3) = %+v, %v; "+
 					"want admitted, whole again in 1m (when Redis' own window ends)", r, err)
 			}
-			if r, err := l.Allow(ctx, "k", tt.lim); err != nil || r.Allowed || r.RetryAfter != time.Minute {
+			if r, err := l.Allow(ctx, 1, tt.lim.For("k")); err != nil || r.Allowed || r.RetryAfter != time.Minute {
 				t.Errorf("then Allow = %+v, %v; want denied for 1m, until Redis' window ends", r, err)
 			}
 			mr.SetTime(tt.app.Add(-time.Minute)) // Redis reaches the application's window
-			if r, err := l.AllowN(ctx, "k", tt.lim, 3); err != nil || !r.Allowed {
+			if r, err := l.Allow(ctx, 3, tt.lim.For("k")); err != nil || !r.Allowed {
 				t.Errorf("Redis in the application's window: AllowN(3) = %+v, %v; want its whole quota: "+
 					"the first 3 counted in Redis' own window", r, err)
 			}
-			if r, _ := l.Allow(ctx, "k", tt.lim); r.Allowed {
+			if r, _ := l.Allow(ctx, 1, tt.lim.For("k")); r.Allowed {
 				t.Errorf("a 4th unit in one window: %+v, want denied", r)
 			}
 			// Further behind than a window: an error, not a count.
 			mr.SetTime(tt.lim.Calendar.start(behind, time.UTC).Add(-time.Minute))
-			if _, err := l.Allow(ctx, "other", tt.lim); err == nil || !strings.Contains(err.Error(), "calendar window") {
+			if _, err := l.Allow(ctx, 1, tt.lim.For("other")); err == nil || !strings.Contains(err.Error(), "calendar window") {
 				t.Errorf("Redis more than a window behind: %v, want an error about the calendar windows", err)
 			}
 		})
@@ -128,7 +128,7 @@ func TestOldFormatStateIgnored(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				r, err := l.AllowN(ctx, "k", tt.lim, tt.lim.Capacity())
+				r, err := l.Allow(ctx, tt.lim.Capacity(), tt.lim.For("k"))
 				if err != nil || !r.Allowed {
 					t.Fatalf("AllowN(the whole capacity) beside a spent state of the old format: %+v, %v; want admitted", r, err)
 				}
@@ -198,11 +198,11 @@ func TestCorruptStateIsAnError(t *testing.T) {
 				if err := rdb.Set(ctx, key, value, time.Hour).Err(); err != nil {
 					t.Fatal(err)
 				}
-				r, err := l.Allow(ctx, "k", tt.lim)
+				r, err := l.Allow(ctx, 1, tt.lim.For("k"))
 				if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "did not write") {
 					t.Errorf("Allow over %s = %q: %+v, %v; want an error naming the key", key, value, r, err)
 				}
-				if r != (Result{}) {
+				if !opsSame(r, Result{}) {
 					t.Errorf("Allow over a corrupt state decided: %+v, want no decision", r)
 				}
 				if got, err := rdb.Get(ctx, key).Result(); err != nil || got != value {
@@ -319,13 +319,13 @@ func TestRetriedScriptNeverAdmitsTwice(t *testing.T) {
 			for _, lim := range []Limit{{Algorithm: FixedWindow, Rate: 3, Period: time.Hour}, {Algorithm: FixedWindow, Rate: 1, Period: time.Hour}} {
 				// The script is loaded first, so that the retried command is
 				// the script itself rather than an EVALSHA that found none.
-				if _, err := l.Allow(ctx, "warm", lim); err != nil {
+				if _, err := l.Allow(ctx, 1, lim.For("warm")); err != nil {
 					t.Fatal(err)
 				}
 			}
 
 			proxy.armed.Store(true)
-			r, err := l.Allow(ctx, "three", Limit{Algorithm: FixedWindow, Rate: 3, Period: time.Hour})
+			r, err := l.Allow(ctx, 1, Limit{Algorithm: FixedWindow, Rate: 3, Period: time.Hour}.For("three"))
 			if got := proxy.dropped.Load(); got != 1 {
 				t.Fatalf("%d replies lost, want 1: the test did not lose the reply", got)
 			}
@@ -334,7 +334,7 @@ func TestRetriedScriptNeverAdmitsTwice(t *testing.T) {
 			}
 
 			proxy.armed.Store(true)
-			r, err = l.Allow(ctx, "one", Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour})
+			r, err = l.Allow(ctx, 1, Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Hour}.For("one"))
 			if got := proxy.dropped.Load(); got != 2 {
 				t.Fatalf("%d replies lost, want 2", got)
 			}
@@ -371,28 +371,28 @@ func TestRetriedRefundGivesBackOnce(t *testing.T) {
 			prefix := realPrefix(t)
 			cleanupPrefix(t, direct, prefix)
 			l := opsNew(t, rdb, WithPrefix(prefix), opsPatient, WithBreaker(0, 0), WithBatching(1))
-			warm, err := l.Allow(ctx, "warm", lim)
+			warm, err := l.Allow(ctx, 1, lim.For("warm"))
 			if err == nil {
-				err = l.Refund(ctx, "warm", lim, warm) // loads the refund's script too
+				err = l.Refund(ctx, warm, lim.For("warm")) // loads the refund's script too
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, errA := l.Allow(ctx, "k", lim)
-			_, errB := l.Allow(ctx, "k", lim)
+			a, errA := l.Allow(ctx, 1, lim.For("k"))
+			_, errB := l.Allow(ctx, 1, lim.For("k"))
 			if errA != nil || errB != nil || !a.Allowed {
 				t.Fatalf("taking a and b: %+v, %v, %v", a, errA, errB)
 			}
 			proxy.armed.Store(true)
 			// A refund not retried fails with the lost reply: that is the
 			// strict side (it may or may not have given back), and fine.
-			_ = l.Refund(ctx, "k", lim, a)
+			_ = l.Refund(ctx, a, lim.For("k"))
 			if got := proxy.dropped.Load(); got != 1 {
 				t.Fatalf("%d replies lost, want 1: the test did not lose the reply", got)
 			}
 			admitted := 0
 			for range 5 {
-				if r, err := l.Allow(ctx, "k", lim); err == nil && r.Allowed {
+				if r, err := l.Allow(ctx, 1, lim.For("k")); err == nil && r.Allowed {
 					admitted++
 				}
 			}
@@ -457,7 +457,7 @@ func TestBatchLoneCallerNeverWaits(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	l := opsNew(t, rdb, opsPatient)
 	lim := PerMinute(10)
-	if _, err := l.Allow(ctx, "warm", lim); err != nil { // loads the script: one call per decision after this
+	if _, err := l.Allow(ctx, 1, lim.For("warm")); err != nil { // loads the script: one call per decision after this
 		t.Fatal(err)
 	}
 	g := &gate{arrived: make(chan struct{}, 16), release: make(chan struct{})}
@@ -473,14 +473,14 @@ func TestBatchLoneCallerNeverWaits(t *testing.T) {
 	results := make([]Result, 5)
 	errs := make([]error, 5)
 	for i := range 4 {
-		wg.Go(func() { results[i], errs[i] = l.Allow(ctx, "hot", lim) })
+		wg.Go(func() { results[i], errs[i] = l.Allow(ctx, 1, lim.For("hot")) })
 		select {
 		case <-g.arrived:
 		case <-time.After(10 * time.Second): // a stuck caller, not a slow one
 			t.Fatalf("caller %d's call did not go out while %d calls of its group were in flight and none had returned: it waited for company", i+1, i)
 		}
 	}
-	wg.Go(func() { results[4], errs[4] = l.Allow(ctx, "hot", lim) })
+	wg.Go(func() { results[4], errs[4] = l.Allow(ctx, 1, lim.For("hot")) })
 	// batch.go has no event for a caller joining a queue: its queue is
 	// read under the batcher's lock until the caller is in it, or its
 	// call arrives.

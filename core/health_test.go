@@ -67,7 +67,7 @@ func TestPingMiniredis(t *testing.T) {
 	if got := l.Health(); !got.Checked.Equal(h.Checked) && got.Checked.Before(h.Checked) {
 		t.Errorf("Health after Ping = %+v, want the Ping's %+v", got, h)
 	}
-	if r, err := l.Allow(context.Background(), "k", PerSecond(1)); err != nil || !r.Allowed {
+	if r, err := l.Allow(context.Background(), 1, PerSecond(1).For("k")); err != nil || !r.Allowed {
 		t.Errorf("Allow = %+v, %v", r, err)
 	}
 	mr.Close()

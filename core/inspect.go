@@ -63,7 +63,7 @@ func readStates(ctx context.Context, rdb redis.UniversalClient, prefix, key stri
 	}
 	prefix, tag := escapeBraces.Replace(prefix), escapeTag(key)
 	var keys []stateKey
-	for layer := range maxLayers {
+	for layer := range maxRules {
 		for _, row := range append(algorithms[:], calendarWindow) {
 			for i, k := range stateKeys(nil, prefix, tag, &row, layer) {
 				keys = append(keys, stateKey{row: &row, layer: layer, key: k, read: stateReaders[row.suffixes[i]]})

@@ -125,31 +125,31 @@ func inspectTake(t *testing.T, l *Limiter, lim Limit, taken, layer int, after st
 	var last Result
 	for range taken {
 		if layer == 0 {
-			r, err := l.Allow(ctx, "user:1", lim)
+			r, err := l.Allow(ctx, 1, lim.For("user:1"))
 			if err != nil || !r.Allowed {
 				t.Fatalf("Allow: %+v, %v", r, err)
 			}
 			last = r
 			continue
 		}
-		rs, err := l.AllowLayers(ctx, "user:1", []Limit{PerHour(1000), lim}, 1)
-		if err != nil || !opsAdmitted(rs) {
-			t.Fatalf("AllowLayers: %+v, %v", rs, err)
+		res, err := l.Allow(ctx, 1, PerHour(1000).For("user:1"), lim.For("user:1"))
+		if err != nil || !opsAdmitted(res.Rules) {
+			t.Fatalf("Allow under two Rules: %+v, %v", res, err)
 		}
-		last = rs[1]
+		last = res.Rules[1]
 	}
 	switch after {
 	case "refund":
-		if err := l.Refund(ctx, "user:1", lim, last); err != nil {
+		if err := l.Refund(ctx, last, lim.For("user:1")); err != nil {
 			t.Fatal(err)
 		}
 	case "debt":
-		if _, err := l.Settle(ctx, "user:1", lim, last, 25); err != nil {
+		if _, err := l.Settle(ctx, last, 25, lim.For("user:1")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if layer == 0 {
-		peek, err := l.Peek(ctx, "user:1", lim)
+		peek, err := l.Peek(ctx, lim.For("user:1"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -196,21 +197,21 @@ func opsBackends() []opsBackend {
 	}
 }
 
-// opsPeekLayer reports what layer i of an AllowLayers(key, limits) would
-// decide now for a cost of 1, without consuming: layer 0 through the
-// Limiter's own Peek (it is the same state as Allow), layer i > 0 by running
-// its algorithm's script in peek mode on the layer's key.
+// opsPeekLayer reports what Rule i of opsRules(key, limits) would decide
+// now for a cost of 1, without consuming: layer 0 through the Limiter's
+// own Peek (it is the same state as Allow), layer i > 0 by running its
+// algorithm's script in peek mode on the layer's key.
 func opsPeekLayer(t *testing.T, l *Limiter, key string, limits []Limit, i int) Result {
 	t.Helper()
 	ctx := context.Background()
 	if i == 0 {
-		r, err := l.Peek(ctx, key, limits[0])
+		r, err := l.Peek(ctx, limits[0].For(key))
 		if err != nil {
 			t.Fatalf("Peek(layer 0): %v", err)
 		}
 		return r
 	}
-	pl, err := l.plans.ofLayers(limits, 1<<i)
+	pl, err := l.plans.ofRules(limits[i:i+1], []int{i}, []int{i})
 	if err != nil {
 		t.Fatalf("layer %d: %v", i, err)
 	}
@@ -232,7 +233,22 @@ func opsNew(t testing.TB, rdb redis.UniversalClient, opts ...Option) *Limiter {
 	return l
 }
 
-// opsAdmitted reports whether AllowLayers admitted: every layer granted.
+// opsRules is the Rules of key under each of limits: the layers of one
+// key.
+func opsRules(key string, limits []Limit) []Rule {
+	rules := make([]Rule, len(limits))
+	for i, lim := range limits {
+		rules[i] = lim.For(key)
+	}
+	return rules
+}
+
+// opsSame reports whether a and b are the same Result, unexported fields
+// and per-Rule Results included: what == said before Result held a slice.
+func opsSame(a, b Result) bool { return reflect.DeepEqual(a, b) }
+
+// opsAdmitted reports whether a decision under several Rules admitted:
+// every Rule granted.
 func opsAdmitted(rs []Result) bool {
 	for _, r := range rs {
 		if r.Granted == 0 {
@@ -292,32 +308,33 @@ func TestAllowLayersAllOrNothing(t *testing.T) {
 					limits[denier].Rate = 2
 					const key = "user:1"
 					for i := range 2 {
-						rs, err := l.AllowLayers(ctx, key, limits, 1)
+						res, err := l.Allow(ctx, 1, opsRules(key, limits)...)
 						if err != nil {
 							t.Fatalf("request %d: %v", i+1, err)
 						}
-						if got, want := opsAllowed(rs), []bool{true, true}; !opsEqualBools(got, want) {
+						if got, want := opsAllowed(res.Rules), []bool{true, true}; !res.Allowed || !opsEqualBools(got, want) {
 							t.Fatalf("request %d: layers allowed %v, want %v", i+1, got, want)
 						}
 					}
 					before := []Result{opsPeekLayer(t, l, key, limits, 0), opsPeekLayer(t, l, key, limits, 1)}
 					for i := range 3 {
-						rs, err := l.AllowLayers(ctx, key, limits, 1)
+						res, err := l.Allow(ctx, 1, opsRules(key, limits)...)
 						if err != nil {
 							t.Fatalf("denied request %d: %v", i+1, err)
 						}
+						rs := res.Rules
 						want := []bool{true, true}
 						want[denier] = false
 						if got := opsAllowed(rs); !opsEqualBools(got, want) {
 							t.Fatalf("denied request %d: layers allowed %v, want %v", i+1, got, want)
 						}
-						if opsAdmitted(rs) || opsRetry(rs) <= 0 {
-							t.Errorf("results %+v, want a denial with RetryAfter > 0", rs)
+						if opsAdmitted(rs) || opsRetry(rs) <= 0 || res.Allowed || res.Granted != 0 || res.RetryAfter != opsRetry(rs) {
+							t.Errorf("result %+v, want a denial with the longest RetryAfter > 0", res)
 						}
 					}
 					for i := range limits {
 						got := opsPeekLayer(t, l, key, limits, i)
-						if got != before[i] {
+						if !opsSame(got, before[i]) {
 							t.Errorf("layer %d after denials: peek = %+v, want unchanged %+v", i, got, before[i])
 						}
 						// Both layers admitted exactly two: rate 3 leaves 1, rate 2 leaves 0.
@@ -338,20 +355,21 @@ func TestAllowLayersLayerZeroIsAllowState(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	limits := []Limit{PerHour(5), {Algorithm: SlidingWindow, Rate: 100, Period: time.Hour}}
-	if _, err := l.AllowLayers(ctx, "k", limits, 2); err != nil {
+	if _, err := l.Allow(ctx, 2, opsRules("k", limits)...); err != nil {
 		t.Fatal(err)
 	}
-	r, err := l.Allow(ctx, "k", limits[0])
+	r, err := l.Allow(ctx, 1, limits[0].For("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := r.Remaining, 2; got != want {
-		t.Errorf("plain Allow after AllowLayers(n=2): Remaining %d, want %d", got, want)
+		t.Errorf("plain Allow after Allow(n=2) of two Rules: Remaining %d, want %d", got, want)
 	}
-	rs, err := l.AllowLayers(ctx, "k", limits, 1)
+	res, err := l.Allow(ctx, 1, opsRules("k", limits)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs := res.Rules
 	if got, want := rs[0].Remaining, 1; got != want {
 		t.Errorf("layer 0 after plain Allow: Remaining %d, want %d", got, want)
 	}
@@ -382,10 +400,11 @@ func TestAllowLayersCostAcrossLayers(t *testing.T) {
 		{n: 1, want: []bool{true, false, true}, remaining: []int{4, 0, 2}},
 	}
 	for i, s := range steps {
-		rs, err := l.AllowLayers(ctx, "k", limits, s.n)
+		res, err := l.Allow(ctx, s.n, opsRules("k", limits)...)
 		if err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
+		rs := res.Rules
 		if got := opsAllowed(rs); !opsEqualBools(got, s.want) {
 			t.Errorf("step %d (n=%d): allowed %v, want %v", i, s.n, got, s.want)
 		}
@@ -407,37 +426,41 @@ func TestAllowLayersInvalid(t *testing.T) {
 		limits  []Limit
 		n       int
 		wantErr error
-		wantMsg string // a substring of the error, naming the layer
+		wantMsg string // a substring of the error, naming the Rule
 	}{
 		{"no limits", nil, 1, ErrInvalidLimit, "1 to 8"},
 		{"empty limits", []Limit{}, 1, ErrInvalidLimit, "1 to 8"},
 		{"nine limits", []Limit{ok, ok, ok, ok, ok, ok, ok, ok, ok}, 1, ErrInvalidLimit, "1 to 8"},
-		{"bad layer 0", []Limit{{Rate: 1}, ok}, 1, ErrInvalidLimit, "layer 0"},
-		{"bad layer 1", []Limit{ok, {Rate: 0, Period: time.Second}}, 1, ErrInvalidLimit, "layer 1"},
-		{"unknown algorithm in layer 2", []Limit{ok, ok, {Algorithm: 42, Rate: 1, Period: time.Second}}, 1, ErrInvalidLimit, "layer 2"},
-		{"n above layer 1's capacity", []Limit{ok, PerHour(3)}, 4, ErrInvalidCost, "layer 1"},
-		{"n above layer 0's capacity", []Limit{PerSecond(2), PerHour(30)}, 3, ErrInvalidCost, "layer 0"},
-		{"n = 0", []Limit{ok, ok}, 0, ErrInvalidCost, "layer 0"},
-		{"n < 0", []Limit{ok}, -1, ErrInvalidCost, "layer 0"},
+		{"bad layer 0", []Limit{{Rate: 1}, ok}, 1, ErrInvalidLimit, "rule 0"},
+		{"bad layer 1", []Limit{ok, {Rate: 0, Period: time.Second}}, 1, ErrInvalidLimit, "rule 1"},
+		{"unknown algorithm in layer 2", []Limit{ok, ok, {Algorithm: 42, Rate: 1, Period: time.Second}}, 1, ErrInvalidLimit, "rule 2"},
+		{"n above layer 1's capacity", []Limit{ok, PerHour(3)}, 4, ErrInvalidCost, "rule 1"},
+		{"n above layer 0's capacity", []Limit{PerSecond(2), PerHour(30)}, 3, ErrInvalidCost, "rule 0"},
+		{"n = 0", []Limit{ok, ok}, 0, ErrInvalidCost, "rule 0"},
+		{"n < 0", []Limit{ok}, -1, ErrInvalidCost, "capacity"}, // one Rule: a plain Allow
+		{"n < 0 under two Rules", []Limit{ok, ok}, -1, ErrInvalidCost, "rule 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs, err := l.AllowLayers(ctx, "k", tt.limits, tt.n)
+			res, err := l.Allow(ctx, tt.n, opsRules("k", tt.limits)...)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
 			if !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Errorf("err = %q, want it to mention %q", err, tt.wantMsg)
 			}
-			if rs != nil {
-				t.Errorf("results = %v, want nil", rs)
+			if !opsSame(res, Result{}) {
+				t.Errorf("result = %+v, want zero", res)
 			}
 		})
 	}
-	if err := l.RefundLayers(ctx, "k", []Limit{ok, ok}, []Result{{Granted: 1}}); !errors.Is(err, ErrInvalidCost) {
-		t.Errorf("a refund with 1 Result for 2 layers: err = %v, want ErrInvalidCost", err)
+	if err := l.Refund(ctx, Result{Granted: 1, Rules: []Result{{Granted: 1}}}, ok.For("k"), ok.For("k")); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("a refund with 1 Result for 2 Rules: err = %v, want ErrInvalidCost", err)
 	}
-	if _, err := l.AllowLayers(ctx, "", []Limit{ok}, 1); !errors.Is(err, ErrEmptyKey) {
+	if err := l.Refund(ctx, Result{Granted: 1}, ok.For("k"), ok.For("k")); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("a refund of one Rule's receipt under 2 Rules: err = %v, want ErrInvalidCost", err)
+	}
+	if _, err := l.Allow(ctx, 1, ok.For(""), ok.For("k")); !errors.Is(err, ErrEmptyKey) {
 		t.Errorf("empty key: err = %v, want ErrEmptyKey", err)
 	}
 	if keys := mr.Keys(); len(keys) != 0 {
@@ -458,7 +481,7 @@ func TestAllowLayersTTL(t *testing.T) {
 		{Algorithm: FixedWindow, Rate: 50, Period: 10 * time.Minute},
 		{Algorithm: LeakyBucket, Rate: 5, Period: time.Second, Burst: 20},
 	}
-	if _, err := l.AllowLayers(ctx, "k", limits, 2); err != nil {
+	if _, err := l.Allow(ctx, 2, opsRules("k", limits)...); err != nil {
 		t.Fatal(err)
 	}
 	var want []string
@@ -491,21 +514,21 @@ func TestAllowLayersLimitChangeToSlowerKeepsState(t *testing.T) {
 	hourly := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Hour}
 	before := []Limit{PerSecond(5), hourly}
 	after := []Limit{{Rate: 5, Period: 10 * time.Second}, hourly}
-	if rs, err := l.AllowLayers(ctx, "k", before, 5); err != nil || !opsAdmitted(rs) {
-		t.Fatalf("AllowLayers(5) = %+v, %v", rs, err)
+	if res, err := l.Allow(ctx, 5, opsRules("k", before)...); err != nil || !opsAdmitted(res.Rules) {
+		t.Fatalf("Allow(5) = %+v, %v", res, err)
 	}
-	rs, err := l.AllowLayers(ctx, "k", after, 1)
-	if err != nil || opsAdmitted(rs) {
-		t.Fatalf("AllowLayers(1) under the slower first layer = %+v, %v; want denied", rs, err)
+	res, err := l.Allow(ctx, 1, opsRules("k", after)...)
+	if err != nil || opsAdmitted(res.Rules) {
+		t.Fatalf("Allow(1) under the slower first layer = %+v, %v; want denied", res, err)
 	}
-	wait := opsRetry(rs) - time.Millisecond
+	wait := opsRetry(res.Rules) - time.Millisecond
 	if old := time.Second; wait <= old {
 		t.Fatalf("RetryAfter %v is within the old TTL %v: the case proves nothing", wait, old)
 	}
 	mr.SetTime(redistest.Epoch.Add(wait))
 	mr.FastForward(wait)
-	if rs, err := l.AllowLayers(ctx, "k", after, 1); err != nil || opsAdmitted(rs) {
-		t.Errorf("%v later, before RetryAfter: %+v, %v; want denied, not a fresh quota", wait, rs, err)
+	if res, err := l.Allow(ctx, 1, opsRules("k", after)...); err != nil || opsAdmitted(res.Rules) {
+		t.Errorf("%v later, before RetryAfter: %+v, %v; want denied, not a fresh quota", wait, res, err)
 	}
 }
 
@@ -551,7 +574,8 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 			defer wg.Done()
 			<-startGate
 			for time.Since(start) < run {
-				rs, err := l.AllowLayers(ctx, key, limits, 1)
+				res, err := l.Allow(ctx, 1, opsRules(key, limits)...)
+				rs := res.Rules
 				seen := time.Since(start)
 				mu.Lock()
 				calls++
@@ -581,7 +605,7 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	if firstErr != nil {
-		t.Fatalf("AllowLayers: %v", firstErr)
+		t.Fatalf("Allow: %v", firstErr)
 	}
 
 	// Token bucket: at most 20 + 10 per second since start, at every
@@ -637,7 +661,7 @@ var opsPatient = WithTimeout(5 * time.Second)
 // TestLayersPermitWhateverTheCost: under layers, a Concurrency layer holds
 // one permit per request whatever the cost the rate layers take (the
 // concurrency script's "one permit whatever its cost"), in either order,
-// and RefundLayers gives back the permit and the units.
+// and Refund of the merged Result gives back the permit and the units.
 func TestLayersPermitWhateverTheCost(t *testing.T) {
 	ctx := context.Background()
 	_, _, l := miniLimiter(t)
@@ -648,20 +672,24 @@ func TestLayersPermitWhateverTheCost(t *testing.T) {
 		if order[0].Algorithm == Concurrency {
 			ri, pi = 1, 0
 		}
-		first, err := l.AllowLayers(ctx, key, order, 500)
+		rules := opsRules(key, order)
+		taken, err := l.Allow(ctx, 500, rules...)
+		first := taken.Rules
 		if err != nil || !first[ri].Allowed || first[ri].Granted != 500 || first[ri].Remaining != 1500 || first[pi].Granted != 1 || first[pi].Remaining != 0 {
-			t.Fatalf("%v: AllowLayers(500) = %+v, %v; want 500 units and the one permit taken", order, first, err)
+			t.Fatalf("%v: Allow(500) = %+v, %v; want 500 units and the one permit taken", order, taken, err)
 		}
-		second, err := l.AllowLayers(ctx, key, order, 500)
+		res, err := l.Allow(ctx, 500, rules...)
+		second := res.Rules
 		if err != nil || !second[ri].Allowed || second[pi].Allowed || second[ri].Granted != 0 {
-			t.Fatalf("%v: a second request in flight = %+v, %v; want refused for its permit alone, nothing taken", order, second, err)
+			t.Fatalf("%v: a second request in flight = %+v, %v; want refused for its permit alone, nothing taken", order, res, err)
 		}
-		if err := l.RefundLayers(ctx, key, order, first); err != nil {
+		if err := l.Refund(ctx, taken, rules...); err != nil {
 			t.Fatal(err)
 		}
-		again, err := l.AllowLayers(ctx, key, order, 2000)
+		res, err = l.Allow(ctx, 2000, rules...)
+		again := res.Rules
 		if err != nil || !again[ri].Allowed || again[ri].Remaining != 0 || !again[pi].Allowed {
-			t.Errorf("%v: after RefundLayers, AllowLayers(2000) = %+v, %v; want the 500 units and the permit back", order, again, err)
+			t.Errorf("%v: after Refund, Allow(2000) = %+v, %v; want the 500 units and the permit back", order, res, err)
 		}
 	}
 }

@@ -25,13 +25,13 @@ func TestLeaseOneInstance(t *testing.T) {
 			rdb.AddHook(&count)
 			l := leasingNew(t, rdb, opsPatient, WithLeases(0.25))
 			limit := Limit{Algorithm: a, Rate: 100, Period: time.Hour}
-			if _, err := l.Peek(ctx, "warm-up", limit); err != nil { // loads the script
+			if _, err := l.Peek(ctx, limit.For("warm-up")); err != nil { // loads the script
 				t.Fatal(err)
 			}
 			count.cmds.Store(0)
 			admitted, leased := 0, 0
 			for i := range 150 {
-				r, err := l.Allow(ctx, "hot", limit)
+				r, err := l.Allow(ctx, 1, limit.For("hot"))
 				if err != nil {
 					t.Fatalf("request %d: %v", i+1, err)
 				}
@@ -56,7 +56,7 @@ func TestLeaseOneInstance(t *testing.T) {
 			if calls > 12 {
 				t.Errorf("%d Redis calls for 150 requests, want at most 12", calls)
 			}
-			if r, err := l.Peek(ctx, "hot", limit); err != nil || r.Remaining != 0 {
+			if r, err := l.Peek(ctx, limit.For("hot")); err != nil || r.Remaining != 0 {
 				t.Errorf("Peek after the window is spent: %+v, %v; want Remaining 0 in Redis", r, err)
 			}
 		})
@@ -76,7 +76,7 @@ func TestLeaseInstancesShareExactly(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for range 400 {
-					r, err := l.Allow(context.Background(), "shared", limit)
+					r, err := l.Allow(context.Background(), 1, limit.For("shared"))
 					if err != nil {
 						t.Error(err)
 						return
@@ -102,24 +102,24 @@ func TestLeaseReturnsUnused(t *testing.T) {
 	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
 	for range 7 { // leases of 1, 2 and 4 units
-		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, limit.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("Allow: %+v, %v", r, err)
 		}
 	}
-	r, err := l.Allow(ctx, "k", limit) // a lease of 8 (twice the last one's 4), 1 spent
+	r, err := l.Allow(ctx, 1, limit.For("k")) // a lease of 8 (twice the last one's 4), 1 spent
 	if err != nil || !r.Allowed {
 		t.Fatalf("Allow: %+v, %v", r, err)
 	}
-	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-15 {
+	if p, _ := l.Peek(ctx, limit.For("k")); p.Remaining != 100-15 {
 		t.Fatalf("Redis has %d left, want 85 (15 leased)", p.Remaining)
 	}
 	e, gen := leaseHolding(t, l, "k", 7)
 	e.expire(l, gen-1) // a stale timer (an older lease) does nothing
-	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-15 {
+	if p, _ := l.Peek(ctx, limit.For("k")); p.Remaining != 100-15 {
 		t.Errorf("after a stale timer, Redis has %d left, want still 85", p.Remaining)
 	}
 	e.expire(l, gen)
-	if p, _ := l.Peek(ctx, "k", limit); p.Remaining != 100-8 {
+	if p, _ := l.Peek(ctx, limit.For("k")); p.Remaining != 100-8 {
 		t.Errorf("after the lease ended, Redis has %d left, want 92 (the 7 unused came back)", p.Remaining)
 	}
 	// The key saw a request in that lease: it stays, for its demand. A
@@ -145,7 +145,7 @@ func TestLeaseOverByLifeGivesBack(t *testing.T) {
 	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
 	for range 8 { // leases of 1, 2, 4, then 8 with 7 unspent
-		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, limit.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("Allow: %+v, %v", r, err)
 		}
 	}
@@ -153,7 +153,7 @@ func TestLeaseOverByLifeGivesBack(t *testing.T) {
 	e.mu.Lock()
 	e.until = time.Now().Add(-time.Millisecond) // its life is over; its timer has not run
 	e.mu.Unlock()
-	if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+	if r, err := l.Allow(ctx, 1, limit.For("k")); err != nil || !r.Allowed {
 		t.Fatalf("Allow after the life: %+v, %v", r, err)
 	}
 	// 9 admitted; the 7 come back (in the background), the new lease holds
@@ -164,7 +164,7 @@ func TestLeaseOverByLifeGivesBack(t *testing.T) {
 	want := 100 - 9 - int(held)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		p, err := l.Peek(ctx, "k", limit)
+		p, err := l.Peek(ctx, limit.For("k"))
 		if err == nil && p.Remaining == want {
 			break
 		}
@@ -183,7 +183,7 @@ func TestLeaseTableBounded(t *testing.T) {
 	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Hour}
 	for i := range 200 {
-		if _, err := l.AllowN(ctx, "k"+strconv.Itoa(i), limit, 2); err != nil {
+		if _, err := l.Allow(ctx, 2, limit.For("k"+strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -227,12 +227,12 @@ func TestLeaseOnlyWindows(t *testing.T) {
 		var count opsCounter
 		rdb.AddHook(&count)
 		l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
-		if _, err := l.Peek(ctx, "warm-up", limit); err != nil { // loads the script
+		if _, err := l.Peek(ctx, limit.For("warm-up")); err != nil { // loads the script
 			t.Fatal(err)
 		}
 		count.cmds.Store(0)
 		for range 10 {
-			if r, err := l.Allow(ctx, "k", limit); err != nil || r.Leased {
+			if r, err := l.Allow(ctx, 1, limit.For("k")); err != nil || r.Leased {
 				t.Fatalf("%v: %+v, %v; want a decision by Redis", limit, r, err)
 			}
 		}
@@ -252,7 +252,7 @@ func TestLeaseLargerRequests(t *testing.T) {
 	limit := Limit{Algorithm: SlidingWindowCounter, Rate: 10, Period: time.Hour}
 	admitted := 0
 	for range 20 {
-		r, err := l.AllowN(ctx, "k", limit, 3)
+		r, err := l.Allow(ctx, 3, limit.For("k"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +263,7 @@ func TestLeaseLargerRequests(t *testing.T) {
 	if admitted != 9 {
 		t.Errorf("admitted %d units in requests of 3, want 9 of 10", admitted)
 	}
-	r, err := l.Allow(ctx, "k", limit)
+	r, err := l.Allow(ctx, 1, limit.For("k"))
 	if err != nil || !r.Allowed {
 		t.Errorf("the 10th unit: %+v, %v; want admitted", r, err)
 	}
@@ -277,7 +277,7 @@ func TestLeaseReset(t *testing.T) {
 	l := leasingNew(t, rdb, opsPatient, WithLeases(0.5))
 	limit := Limit{Algorithm: FixedWindow, Rate: 10, Period: time.Hour}
 	for range 4 { // leases of 1, 2, then 4 with 3 unspent
-		if _, err := l.Allow(ctx, "k", limit); err != nil {
+		if _, err := l.Allow(ctx, 1, limit.For("k")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -286,7 +286,7 @@ func TestLeaseReset(t *testing.T) {
 	}
 	admitted := 0
 	for range 20 {
-		if r, err := l.Allow(ctx, "k", limit); err == nil && r.Allowed {
+		if r, err := l.Allow(ctx, 1, limit.For("k")); err == nil && r.Allowed {
 			admitted++
 		}
 	}
@@ -330,17 +330,17 @@ func TestLeaseGiveBackAfterItsWindowGivesNothing(t *testing.T) {
 	first := redistest.Epoch.Truncate(time.Minute).Add(time.Minute)
 	mr.SetTime(first.Add(time.Second))
 	for range 8 { // leases of 1, 2, 4, then 8 with 7 unspent: 15 taken in Redis
-		if r, err := l.Allow(ctx, "k", limit); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, limit.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("Allow: %+v, %v", r, err)
 		}
 	}
 	e, gen := leaseHolding(t, l, "k", 7)
 	mr.SetTime(first.Add(time.Minute + time.Second)) // the next window
-	if r, err := plain.AllowN(ctx, "k", limit, 95); err != nil || !r.Allowed {
+	if r, err := plain.Allow(ctx, 95, limit.For("k")); err != nil || !r.Allowed {
 		t.Fatalf("AllowN(95) in the next window: %+v, %v", r, err)
 	}
 	e.expire(l, gen) // the 7 unspent go back, naming the first window
-	if p, err := plain.Peek(ctx, "k", limit); err != nil || p.Remaining != 5 {
+	if p, err := plain.Peek(ctx, limit.For("k")); err != nil || p.Remaining != 5 {
 		t.Errorf("after the late give-back the window has %d left (%v), want 5: it gained units it never had", p.Remaining, err)
 	}
 }

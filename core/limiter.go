@@ -209,131 +209,6 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 	return false
 }
 
-// Allow is AllowN(ctx, key, limit, 1).
-func (l *Limiter) Allow(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.one(ctx, key, limit, 1, modeConsume, Result{})
-}
-
-// AllowN decides whether a request that costs n units may proceed now, and
-// takes n if it may. A denial is a Result with Allowed false; the error is
-// for invalid arguments and Redis failures (the timeout included), when the
-// Result is zero. For Concurrency, n must be 1: the request takes a
-// permit, which Refund gives back.
-func (l *Limiter) AllowN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	return l.one(ctx, key, limit, n, modeConsume, Result{})
-}
-
-// AllowAtMost takes as many units as fit now, up to n, and reports how many
-// in Result.Granted: for batch workers that take what they may. n may
-// exceed the Limit's capacity. It is denied, taking nothing, only when not
-// even one unit fits; RetryAfter is then the wait for one.
-func (l *Limiter) AllowAtMost(ctx context.Context, key string, limit Limit, n int) (Result, error) {
-	return l.one(ctx, key, limit, n, modeAtMost, Result{})
-}
-
-// Peek reports what Allow would decide now, without taking anything:
-// Remaining is what is left before the request, RetryAfter the wait for one
-// unit.
-func (l *Limiter) Peek(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.one(ctx, key, limit, 1, modePeek, Result{})
-}
-
-// Refund gives back what taken (the Result of a call that admitted a request
-// of key under limit) took but did not use: the request failed, or
-// should not count. A refund never makes room the limit would not have
-// had if the units had never been taken: the windows count units out only
-// from the window they were taken in (a refund after that window ended
-// gives nothing back), and the buckets give back only what they have not
-// refilled since (nothing once they would be full anyway). For
-// Concurrency, Refund gives the permit back.
-//
-// A receipt is refunded or settled once, on its own key and Algorithm (and
-// layer, for AllowLayers'); one of another key, Algorithm or layer is
-// refused with ErrInvalidCost. The Limiter cannot tell a second refund or
-// settle of one receipt from a first, and would give its units back again:
-// that the caller must not do. A Limit whose Rate, Period or Burst changed
-// since the take still takes its receipts (the state is the same).
-func (l *Limiter) Refund(ctx context.Context, key string, limit Limit, taken Result) error {
-	if taken.Granted <= 0 {
-		return nil
-	}
-	_, err := l.one(ctx, key, limit, taken.Granted, modeRefund, taken)
-	return err
-}
-
-// Settle corrects what taken (the Result of a call that admitted a request
-// of key under limit) took to what the request really used, once that is
-// known (the tokens of a completion, the bytes streamed): it gives back
-// the units not used, as Refund does, or takes the excess even beyond what
-// is left, as a debt that later requests wait out at the Limit's rate (the
-// buckets run below empty; the windows carry what exceeds Rate into the
-// following windows, Rate in each, and refuse every request until the
-// last of them begins: a debt of k x Rate beyond the window's own Rate
-// refuses through the k-th following window, calendar days, ISO weeks and
-// months alike; a calendar debt's RetryAfter and ResetAfter reach no
-// further than the start of the second following window, where a request
-// learns the rest). It returns what the key has left after the
-// correction. used may be 0 (Refund); used < 0 is ErrInvalidCost. A zero
-// taken charges all of used. Concurrency permits have no cost: Settle
-// leaves them alone. The receipt rules of Refund hold: settle taken once.
-//
-// No used is too large: a larger one never leaves the key a shorter wait.
-// Each state has a deepest debt, and a charge beyond it leaves the state
-// there. A bucket's is the deepest its exact arithmetic holds: the least
-// of 2^52 of its scaled units (a unit is Period/gcd(Period, Rate) of them,
-// Period in µs or, for a Burst over a long Period, in ticks of 10^k µs),
-// which is at least 4 times its Capacity, and what refills in 2^52µs
-// (about 142 years): about 75 billion units (142 years) for
-// PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours. A window
-// charges up to 2^40 units (the largest Rate) of one Settle, more under
-// SettleLayers beside a bucket that takes more, and carries a debt no
-// further than 2^52µs after the Unix epoch (the year 2112).
-func (l *Limiter) Settle(ctx context.Context, key string, limit Limit, taken Result, used int) (Result, error) {
-	n, mode, err := correction(max(taken.Granted, 0), used)
-	if err != nil {
-		return Result{}, err
-	}
-	if n == 0 || limit.Algorithm == Concurrency || taken.Granted <= 0 && mode == modeRefund {
-		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter}, nil
-	}
-	res, err := l.one(ctx, key, limit, n, mode, taken)
-	if err != nil {
-		return Result{}, err
-	}
-	res.Allowed, res.Granted, res.RetryAfter = true, used, 0
-	return res, nil
-}
-
-// correction is what a settle of used units does to a receipt that took
-// granted (>= 0): n units of modeRefund or modeCharge.
-func correction(granted, used int) (n, mode int, err error) {
-	if used < 0 {
-		return 0, 0, fmt.Errorf("%w: used = %d, want >= 0", ErrInvalidCost, used)
-	}
-	if used > granted {
-		return used - granted, modeCharge, nil
-	}
-	return granted - used, modeRefund, nil
-}
-
-// Renew keeps the Concurrency permit that taken holds for another Period:
-// a request in flight for longer than Period renews it, say every half
-// Period, or its permit lapses and counts no more. A permit that had
-// lapsed (a renewal failed or came late) is taken again, atomically, when
-// the key has room for it, as a new request would take it. Allowed reports
-// that taken's request holds its permit for another Period; false means
-// the permit had lapsed and the key is full: the request holds none, and
-// nothing counts it, so its caller should stop it (httplimit cancels its
-// context).
-func (l *Limiter) Renew(ctx context.Context, key string, limit Limit, taken Result) (Result, error) {
-	if limit.Algorithm != Concurrency {
-		return Result{}, errNotConcurrency
-	}
-	return l.one(ctx, key, limit, 1, modeRenew, taken)
-}
-
-var errNotConcurrency = fmt.Errorf("%w: Renew keeps Concurrency permits only", ErrInvalidLimit)
-
 // Reset forgets key's state under every algorithm and layer, so its quota
 // is whole again. Units handed out before the Reset and refunded after it
 // may be given back to the fresh state: the quota is then at most whole.
@@ -348,8 +223,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return ErrClosed
 	}
 	tag := escapeTag(key)
-	keys := make([]string, 0, maxLayers*(len(algorithms)+2))
-	for layer := range maxLayers {
+	keys := make([]string, 0, maxRules*(len(algorithms)+2))
+	for layer := range maxRules {
 		for a := range algorithms {
 			if !algorithms[a].ids { // permits of requests in flight stay
 				keys = stateKeys(keys, l.prefix, tag, &algorithms[a], layer)

@@ -60,7 +60,7 @@ func runAllow(t *testing.T, mr *miniredis.Miniredis, l *Limiter, key string, lim
 	t.Helper()
 	for i, s := range steps {
 		mr.SetTime(redistest.Epoch.Add(s.t))
-		r, err := l.AllowN(context.Background(), key, lim, s.n)
+		r, err := l.Allow(context.Background(), s.n, lim.For(key))
 		if err != nil {
 			t.Fatalf("step %d (t=%v, n=%d): %v", i, s.t, s.n, err)
 		}
@@ -242,18 +242,18 @@ func TestResultWorkedExample(t *testing.T) {
 	var got Result
 	for range 10 {
 		var err error
-		if got, err = l.Allow(ctx, "k", lim); err != nil {
+		if got, err = l.Allow(ctx, 1, lim.For("k")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if want := (Result{Allowed: true, Granted: 1, ResetAfter: time.Second}); public(got) != want {
+	if want := (Result{Allowed: true, Granted: 1, ResetAfter: time.Second}); !opsSame(public(got), want) {
 		t.Errorf("10th: got %+v, want %+v", got, want)
 	}
-	got, err := l.Allow(ctx, "k", lim)
+	got, err := l.Allow(ctx, 1, lim.For("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (Result{RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}); public(got) != want {
+	if want := (Result{RetryAfter: 100 * time.Millisecond, ResetAfter: time.Second}); !opsSame(public(got), want) {
 		t.Errorf("11th: got %+v, want %+v", got, want)
 	}
 }
@@ -356,10 +356,10 @@ func TestPeriodRoundsUpToMicroseconds(t *testing.T) {
 	mr.SetTime(redistest.Epoch)
 	for _, a := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
 		lim := Limit{Algorithm: a, Rate: 1, Period: 1999 * time.Nanosecond}
-		if _, err := l.Allow(context.Background(), "k", lim); err != nil {
+		if _, err := l.Allow(context.Background(), 1, lim.For("k")); err != nil {
 			t.Fatal(err)
 		}
-		r, err := l.Allow(context.Background(), "k", lim)
+		r, err := l.Allow(context.Background(), 1, lim.For("k"))
 		if err != nil || r.Allowed || r.RetryAfter < 2*µs {
 			t.Errorf("%s, 1 per 1999ns, at once: %+v, %v; want denied for at least 2µs", a, r, err)
 		}
@@ -374,7 +374,7 @@ func TestDenialUnderSameLimitWritesNothing(t *testing.T) {
 		mr, _, l := miniLimiter(t)
 		lim := with(PerSecond(5), a)
 		mr.SetTime(redistest.Epoch.Add(500 * µs))
-		if r, err := l.AllowN(context.Background(), "k", lim, 5); err != nil || !r.Allowed {
+		if r, err := l.Allow(context.Background(), 5, lim.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("%s: AllowN(5) = %+v, %v", a, r, err)
 		}
 		key := redisKey(l.prefix, "k", a)
@@ -382,7 +382,7 @@ func TestDenialUnderSameLimitWritesNothing(t *testing.T) {
 		mr.SetTime(redistest.Epoch.Add(500*µs + step))
 		mr.FastForward(step)
 		before := mr.TTL(key)
-		if r, err := l.Allow(context.Background(), "k", lim); err != nil || r.Allowed {
+		if r, err := l.Allow(context.Background(), 1, lim.For("k")); err != nil || r.Allowed {
 			t.Fatalf("%s: Allow = %+v, %v; want denied", a, r, err)
 		}
 		if after := mr.TTL(key); after != before {
@@ -397,10 +397,10 @@ func TestSubMicrosecondMaxDelayStillBounds(t *testing.T) {
 	mr, _, l := miniLimiter(t)
 	mr.SetTime(redistest.Epoch)
 	lim := Limit{Algorithm: LeakyBucket, Rate: 1, Period: time.Second, Burst: 5, MaxDelay: 500 * time.Nanosecond}
-	if r, err := l.Allow(context.Background(), "k", lim); err != nil || !r.Allowed {
+	if r, err := l.Allow(context.Background(), 1, lim.For("k")); err != nil || !r.Allowed {
 		t.Fatalf("first request: %+v, %v", r, err)
 	}
-	if r, err := l.Allow(context.Background(), "k", lim); err != nil || r.Allowed {
+	if r, err := l.Allow(context.Background(), 1, lim.For("k")); err != nil || r.Allowed {
 		t.Errorf("second request, which would wait 1s: %+v, %v; want denied by MaxDelay 500ns", r, err)
 	}
 }
@@ -425,11 +425,11 @@ func TestLimitChangeToSlowerKeepsState(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d per %v to %d per %v", tt.old.Algorithm, tt.old.Rate, tt.old.Period, tt.new.Rate, tt.new.Period), func(t *testing.T) {
 			mr, rdb, l := miniLimiter(t)
 			mr.SetTime(redistest.Epoch)
-			if r, err := l.AllowN(ctx, "k", tt.old, tt.old.Rate); err != nil || !r.Allowed {
+			if r, err := l.Allow(ctx, tt.old.Rate, tt.old.For("k")); err != nil || !r.Allowed {
 				t.Fatalf("AllowN(%d) under %+v = %+v, %v", tt.old.Rate, tt.old, r, err)
 			}
 			oldTTL := mr.TTL(redisKey(l.prefix, "k", tt.old.Algorithm))
-			r, err := l.AllowN(ctx, "k", tt.new, tt.n)
+			r, err := l.Allow(ctx, tt.n, tt.new.For("k"))
 			if err != nil || r.Allowed {
 				t.Fatalf("AllowN(%d) under the new %+v = %+v, %v; want denied", tt.n, tt.new, r, err)
 			}
@@ -443,7 +443,7 @@ func TestLimitChangeToSlowerKeepsState(t *testing.T) {
 			if pttl, err := rdb.PTTL(ctx, redisKey(l.prefix, "k", tt.new.Algorithm)).Result(); err != nil || pttl <= 0 {
 				t.Errorf("%v later, after the old TTL %v: PTTL %v, %v; want the state kept", wait, oldTTL, pttl, err)
 			}
-			if r, err := l.AllowN(ctx, "k", tt.new, tt.n); err != nil || r.Allowed {
+			if r, err := l.Allow(ctx, tt.n, tt.new.For("k")); err != nil || r.Allowed {
 				t.Errorf("%v later, before RetryAfter: AllowN(%d) = %+v, %v; want denied, not a fresh quota", wait, tt.n, r, err)
 			}
 		})
@@ -468,16 +468,16 @@ func TestClockStepBack(t *testing.T) {
 				at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
 				base := 48 * time.Hour
 				at(base)
-				if r, err := l.AllowN(ctx, "k", lim, 3); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, 3, lim.For("k")); err != nil || !r.Allowed {
 					t.Fatalf("AllowN(3) = %+v, %v", r, err)
 				}
 				at(base)
-				want, err := l.Allow(ctx, "k", lim)
+				want, err := l.Allow(ctx, 1, lim.For("k"))
 				if err != nil || want.Allowed {
 					t.Fatalf("at the same instant: %+v, %v", want, err)
 				}
 				at(base - back)
-				got, err := l.Allow(ctx, "k", lim)
+				got, err := l.Allow(ctx, 1, lim.For("k"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -491,11 +491,11 @@ func TestClockStepBack(t *testing.T) {
 					t.Errorf("%v back: ResetAfter %v, want %v", back, got.ResetAfter, want.ResetAfter+back)
 				}
 				at(base - back + got.RetryAfter - µs)
-				if r, _ := l.Allow(ctx, "k", lim); r.Allowed {
+				if r, _ := l.Allow(ctx, 1, lim.For("k")); r.Allowed {
 					t.Errorf("admitted 1µs before RetryAfter: %+v", r)
 				}
 				at(base - back + got.RetryAfter)
-				if r, _ := l.Allow(ctx, "k", lim); !r.Allowed {
+				if r, _ := l.Allow(ctx, 1, lim.For("k")); !r.Allowed {
 					t.Errorf("denied after RetryAfter: %+v", r)
 				}
 			})
@@ -507,10 +507,10 @@ func TestErrors(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	ctx := context.Background()
 	lim := PerSecond(10)
-	if _, err := l.Allow(ctx, "", lim); !errors.Is(err, ErrEmptyKey) {
+	if _, err := l.Allow(ctx, 1, lim.For("")); !errors.Is(err, ErrEmptyKey) {
 		t.Errorf("Allow with an empty key: %v, want ErrEmptyKey", err)
 	}
-	if _, err := l.Peek(ctx, "", lim); !errors.Is(err, ErrEmptyKey) {
+	if _, err := l.Peek(ctx, lim.For("")); !errors.Is(err, ErrEmptyKey) {
 		t.Errorf("Peek with an empty key: %v, want ErrEmptyKey", err)
 	}
 	if err := l.Reset(ctx, ""); !errors.Is(err, ErrEmptyKey) {
@@ -535,7 +535,7 @@ func TestErrors(t *testing.T) {
 		{"max int", lim, math.MaxInt},
 	}
 	for _, c := range costs {
-		if r, err := l.AllowN(ctx, "k", c.lim, c.n); !errors.Is(err, ErrInvalidCost) {
+		if r, err := l.Allow(ctx, c.n, c.lim.For("k")); !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("%s: AllowN(%d) = %+v, %v, want ErrInvalidCost", c.name, c.n, r, err)
 		}
 	}
@@ -577,10 +577,10 @@ func TestErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), c.field) {
 			t.Errorf("%s: Validate() = %q, want it to name %s", c.name, err, c.field)
 		}
-		if _, err := l.Allow(ctx, "k", c.lim); !errors.Is(err, ErrInvalidLimit) {
+		if _, err := l.Allow(ctx, 1, c.lim.For("k")); !errors.Is(err, ErrInvalidLimit) {
 			t.Errorf("%s: Allow = %v, want ErrInvalidLimit", c.name, err)
 		}
-		if _, err := l.Peek(ctx, "k", c.lim); !errors.Is(err, ErrInvalidLimit) {
+		if _, err := l.Peek(ctx, c.lim.For("k")); !errors.Is(err, ErrInvalidLimit) {
 			t.Errorf("%s: Peek = %v, want ErrInvalidLimit", c.name, err)
 		}
 	}
@@ -597,16 +597,16 @@ func TestErrors(t *testing.T) {
 			t.Errorf("Validate(%+v) = %v, want nil", v, err)
 		}
 	}
-	if _, err := l.AllowAtMost(ctx, "k", InFlight(3), 2); !errors.Is(err, ErrInvalidCost) {
+	if _, err := l.AllowAtMost(ctx, 2, InFlight(3).For("k")); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowAtMost of a Concurrency: %v, want ErrInvalidCost", err)
 	}
-	if _, err := l.AllowN(ctx, "k", InFlight(3), 2); !errors.Is(err, ErrInvalidCost) {
+	if _, err := l.Allow(ctx, 2, InFlight(3).For("k")); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowN(2) of a Concurrency: %v, want ErrInvalidCost (one permit per request)", err)
 	}
-	if _, err := l.Renew(ctx, "k", lim, Result{}); err == nil {
+	if _, err := l.Renew(ctx, Result{}, lim.For("k")); err == nil {
 		t.Errorf("Renew of a rate limit: nil error, want one")
 	}
-	if _, err := l.AllowAtMost(ctx, "k", lim, 0); !errors.Is(err, ErrInvalidCost) {
+	if _, err := l.AllowAtMost(ctx, 0, lim.For("k")); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowAtMost(0): %v, want ErrInvalidCost", err)
 	}
 }
@@ -652,7 +652,7 @@ func TestCanceledContext(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := l.Allow(ctx, "k", PerSecond(1)); !errors.Is(err, context.Canceled) {
+	if _, err := l.Allow(ctx, 1, PerSecond(1).For("k")); !errors.Is(err, context.Canceled) {
 		t.Errorf("Allow with a canceled context: %v, want context.Canceled", err)
 	}
 }
@@ -693,25 +693,25 @@ func TestPeekConsumesNothing(t *testing.T) {
 		t.Run(lim.Algorithm.String(), func(t *testing.T) {
 			mr, rdb, l := miniLimiter(t)
 			for range 5 {
-				r, err := l.Peek(ctx, "k", lim)
+				r, err := l.Peek(ctx, lim.For("k"))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if want := (Result{Allowed: true, Remaining: 3}); public(r) != want {
+				if want := (Result{Allowed: true, Remaining: 3}); !opsSame(public(r), want) {
 					t.Fatalf("Peek on a fresh key: %+v, want %+v", r, want)
 				}
 			}
 			if n := len(mr.Keys()); n != 0 {
 				t.Fatalf("Peek wrote %d keys: %q", n, mr.Keys())
 			}
-			if r, err := l.AllowN(ctx, "k", lim, 2); err != nil || !r.Allowed || r.Remaining != 1 {
+			if r, err := l.Allow(ctx, 2, lim.For("k")); err != nil || !r.Allowed || r.Remaining != 1 {
 				t.Fatalf("AllowN(2) after peeks = %+v, %v", r, err)
 			}
 			key := redisKey(l.prefix, "k", lim.Algorithm)
 			dump := func() string { s, _ := rdb.Dump(ctx, key).Result(); return s }
 			before, ttl := dump(), mr.TTL(key)
 			for range 3 {
-				r, err := l.Peek(ctx, "k", lim)
+				r, err := l.Peek(ctx, lim.For("k"))
 				if err != nil || !r.Allowed || r.Remaining != 1 {
 					t.Fatalf("Peek after AllowN(2) = %+v, %v, want allowed with 1 remaining", r, err)
 				}
@@ -719,16 +719,16 @@ func TestPeekConsumesNothing(t *testing.T) {
 			if after := dump(); after != before || mr.TTL(key) != ttl {
 				t.Fatalf("Peek changed the key")
 			}
-			if r, err := l.Allow(ctx, "k", lim); err != nil || !r.Allowed || r.Remaining != 0 {
+			if r, err := l.Allow(ctx, 1, lim.For("k")); err != nil || !r.Allowed || r.Remaining != 0 {
 				t.Fatalf("Allow = %+v, %v", r, err)
 			}
-			r, err := l.Peek(ctx, "k", lim)
+			r, err := l.Peek(ctx, lim.For("k"))
 			if err != nil || r.Allowed || r.RetryAfter <= 0 || r.Remaining != 0 {
 				t.Fatalf("Peek when empty = %+v, %v, want denied with a RetryAfter", r, err)
 			}
 			// A denial writes nothing either.
 			before, ttl = dump(), mr.TTL(key)
-			if r, err := l.Allow(ctx, "k", lim); err != nil || r.Allowed {
+			if r, err := l.Allow(ctx, 1, lim.For("k")); err != nil || r.Allowed {
 				t.Fatalf("Allow when empty = %+v, %v", r, err)
 			}
 			if after := dump(); after != before || mr.TTL(key) != ttl {
@@ -751,14 +751,14 @@ func TestReset(t *testing.T) {
 			}
 			other := with(PerHour(3), (lim.Algorithm+1)%5)
 			for _, li := range []Limit{lim, other} {
-				if r, err := l.AllowN(ctx, "k", li, 3); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, 3, li.For("k")); err != nil || !r.Allowed {
 					t.Fatalf("AllowN(3) = %+v, %v", r, err)
 				}
 			}
-			if rs, err := l.AllowLayers(ctx, "k", []Limit{lim, PerHour(5)}, 2); err != nil || !rs[1].Allowed {
-				t.Fatalf("AllowLayers = %+v, %v", rs, err)
+			if res, err := l.Allow(ctx, 2, lim.For("k"), PerHour(5).For("k")); err != nil || !res.Rules[1].Allowed {
+				t.Fatalf("Allow under two Rules = %+v, %v", res, err)
 			}
-			if r, _ := l.Allow(ctx, "k", lim); r.Allowed {
+			if r, _ := l.Allow(ctx, 1, lim.For("k")); r.Allowed {
 				t.Fatalf("Allow after the quota is used = %+v", r)
 			}
 			if err := l.Reset(ctx, "k"); err != nil {
@@ -769,7 +769,7 @@ func TestReset(t *testing.T) {
 				t.Fatalf("keys left after Reset: %q", keys)
 			}
 			for _, li := range []Limit{lim, other} {
-				if r, err := l.Peek(ctx, "k", li); err != nil || r.Remaining != 3 || r.ResetAfter != 0 {
+				if r, err := l.Peek(ctx, li.For("k")); err != nil || r.Remaining != 3 || r.ResetAfter != 0 {
 					t.Fatalf("Peek after Reset = %+v, %v, want the whole quota", r, err)
 				}
 			}
@@ -791,7 +791,7 @@ func TestTTL(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/%d per %v", lim.Algorithm, lim.Rate, lim.Period), func(t *testing.T) {
 			mr, rdb, l := miniLimiter(t)
 			mr.SetTime(redistest.Epoch.Add(1234567 * µs))
-			r, err := l.Allow(ctx, "k", lim)
+			r, err := l.Allow(ctx, 1, lim.For("k"))
 			if err != nil || !r.Allowed {
 				t.Fatalf("Allow = %+v, %v", r, err)
 			}
@@ -839,12 +839,12 @@ func TestHostileKeys(t *testing.T) {
 			mr, _, l := miniLimiter(t)
 			lim := with(PerHour(1), a)
 			for _, k := range keys {
-				if r, err := l.Allow(ctx, k, lim); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, 1, lim.For(k)); err != nil || !r.Allowed {
 					t.Fatalf("first Allow of key %q: %+v, %v: it shares state with an earlier key", trunc(k), r, err)
 				}
 			}
 			for _, k := range keys {
-				if r, err := l.Allow(ctx, k, lim); err != nil || r.Allowed {
+				if r, err := l.Allow(ctx, 1, lim.For(k)); err != nil || r.Allowed {
 					t.Fatalf("second Allow of key %q: %+v, %v, want denied", trunc(k), r, err)
 				}
 			}
@@ -919,12 +919,15 @@ func TestKeySlot(t *testing.T) {
 
 func keySlotWhole(k string) int { return int(crc16(k) % 16384) }
 
-// TestHashSlot: a decision's keys land in the slot of the caller's escaped
-// key, whatever the prefix and algorithm, so a caller's key with braces
-// cannot choose its slot (or share one tag with another caller's key); and
-// slot, which groups a Cluster's batches, computes that slot.
+// TestHashSlot: a decision's keys land in one slot, whatever the prefix
+// and algorithm: the slot of the caller's escaped key or, for a key that
+// holds a hash tag of its own ("user:{42}"), of that tag, escaped, which
+// is the slot Redis gives the caller's key itself when the tag needs no
+// escaping. A prefix with braces never moves it, the escaped parts hold no
+// brace that could end them early, and slot of slotTag, which groups a
+// Cluster's batches, computes that slot.
 func TestHashSlot(t *testing.T) {
-	keys := []string{"user:42", "{42}", "user:{42}", "a}b{c", "{", "}", "{}", "%7B42%7D", "\x00{x}", strings.Repeat("{", 200)}
+	keys := []string{"user:42", "{42}", "user:{42}", "a}b{c", "{", "}", "{}", "%7B42%7D", "\x00{x}", strings.Repeat("{", 200), "a{%}b"}
 	for _, p := range []string{"ratelimit", "{app}", "a}b{", "{42}"} {
 		prefix := escapeBraces.Replace(p)
 		if strings.ContainsAny(prefix, "{}") {
@@ -932,23 +935,29 @@ func TestHashSlot(t *testing.T) {
 		}
 		for _, k := range keys {
 			tag := escapeTag(k)
-			if strings.ContainsAny(tag, "{}") {
-				t.Fatalf("escapeTag(%q) = %q holds a brace", k, tag)
+			hashed, rest, tagged := strings.Cut(tag, "}{")
+			own, hasOwn := hashTag(k)
+			if tagged != hasOwn || strings.ContainsAny(hashed, "{}") || strings.ContainsAny(rest, "{}") {
+				t.Fatalf("escapeTag(%q) = %q: want the escaped key with no brace, after its own hash tag %q (found %v) and \"}{\"", k, tag, own, hasOwn)
 			}
-			want := keySlotWhole(tag)
-			if got := slot(tag); got != want {
-				t.Errorf("slot(%q) = %d, want %d", tag, got, want)
+			if slotTag(tag) != hashed {
+				t.Fatalf("slotTag(%q) = %q, want %q", tag, slotTag(tag), hashed)
+			}
+			want := keySlotWhole(hashed)
+			if got := slot(slotTag(tag)); got != want {
+				t.Errorf("slot(%q) = %d, want %d", slotTag(tag), got, want)
+			}
+			if hasOwn && !strings.ContainsAny(own, "%{}#") && want != keySlot(k) {
+				t.Errorf("key %q: slot %d, want Redis' slot of the key itself, %d", k, want, keySlot(k))
 			}
 			for a := TokenBucket; a <= LeakyBucket; a++ {
 				for layer := range 3 {
 					for _, rk := range stateKeys(nil, prefix, tag, &algorithms[a], layer) {
-						i := strings.IndexByte(rk, '{')
-						j := strings.IndexByte(rk[i+1:], '}')
-						if i < 0 || j < 0 || rk[i+1:i+1+j] != tag {
-							t.Fatalf("state key %q: the hash tag is not the escaped key %q", rk, tag)
+						if got, ok := hashTag(rk); !ok || got != hashed {
+							t.Fatalf("state key %q: the hash tag is %q (found %v), not %q", rk, got, ok, hashed)
 						}
 						if got := keySlot(rk); got != want {
-							t.Errorf("state key %q is in slot %d, want %d (the escaped key's)", rk, got, want)
+							t.Errorf("state key %q is in slot %d, want %d", rk, got, want)
 						}
 					}
 				}
@@ -978,16 +987,16 @@ func FuzzDecide(f *testing.F) {
 		req := modelRequest{n: int64(n), mode: int(mode % 5)}
 		switch req.mode {
 		case modeConsume:
-			r, err = l.AllowN(ctx, key, lim, n)
+			r, err = l.Allow(ctx, n, lim.For(key))
 		case modePeek:
 			req.n = 1
-			r, err = l.Peek(ctx, key, lim)
+			r, err = l.Peek(ctx, lim.For(key))
 		case modeAtMost:
-			r, err = l.AllowAtMost(ctx, key, lim, n)
+			r, err = l.AllowAtMost(ctx, n, lim.For(key))
 		case modeRefund:
-			err = l.Refund(ctx, key, lim, Result{Granted: n, stamp: redistest.Epoch.UnixMicro()})
+			err = l.Refund(ctx, Result{Granted: n, stamp: redistest.Epoch.UnixMicro()}, lim.For(key))
 		case modeCharge:
-			r, err = l.Settle(ctx, key, lim, Result{}, n)
+			r, err = l.Settle(ctx, Result{}, n, lim.For(key))
 		}
 		if err != nil {
 			if !errors.Is(err, ErrEmptyKey) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, ErrInvalidCost) {

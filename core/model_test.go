@@ -981,15 +981,15 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 		var res Result
 		switch r := reqs[0]; r.mode {
 		case modeConsume:
-			res, err = h.l.AllowN(h.ctx, key, h.lim, int(r.n))
+			res, err = h.l.Allow(h.ctx, int(r.n), h.lim.For(key))
 		case modeAtMost:
-			res, err = h.l.AllowAtMost(h.ctx, key, h.lim, int(r.n))
+			res, err = h.l.AllowAtMost(h.ctx, int(r.n), h.lim.For(key))
 		case modePeek:
-			res, err = h.l.Peek(h.ctx, key, h.lim)
+			res, err = h.l.Peek(h.ctx, h.lim.For(key))
 		case modeRefund:
-			err = h.l.Refund(h.ctx, key, h.lim, Result{Granted: int(r.n), stamp: r.stamp})
+			err = h.l.Refund(h.ctx, Result{Granted: int(r.n), stamp: r.stamp}, h.lim.For(key))
 		case modeCharge:
-			_, err = h.l.Settle(h.ctx, key, h.lim, Result{}, int(r.n))
+			_, err = h.l.Settle(h.ctx, Result{}, int(r.n), h.lim.For(key))
 		}
 		calls[0].res[0], calls[0].err = res, err
 	} else {
@@ -1031,7 +1031,7 @@ func (h *harness) step(dt int64, reqs []modelRequest) []refResult {
 	got, want, ws := h.call("k", h.model, reqs)
 	h.history = append(h.history, fmt.Sprintf("t=%+dµs dt=%+d %s reqs=%v -> %+v", h.clock-redistest.Epoch.UnixMicro(), dt, h.lim, reqs, got))
 	for i := range reqs {
-		if got[i] != want[i] {
+		if !opsSame(got[i], want[i]) {
 			h.fatalf("request %d of %d %v:\ngot  %+v\nwant %+v", i, len(reqs), reqs[i], got[i], want[i])
 		}
 		if reqs[i].mode <= modeAtMost {
@@ -1102,7 +1102,7 @@ func (h *harness) probeAt(d int64, r modelRequest) Result {
 		h.mr.SetTime(time.UnixMicro(h.clock).UTC())
 	}()
 	got, want, _ := h.call(key, h.model.clone(), []modelRequest{r})
-	if got[0] != want[0] {
+	if !opsSame(got[0], want[0]) {
 		h.fatalf("probe at +%dµs, %+v: got %+v, want %+v", d, r, got[0], want[0])
 	}
 	return got[0]

@@ -8,17 +8,17 @@ import (
 	"time"
 )
 
-// maxLayers bounds the Limits of one key decided together (AllowLayers),
-// so that Reset can name every key a caller may have.
-const maxLayers = 8
+// maxRules bounds the Rules of one decision, so that Reset can name every
+// state a key may have and a call's keys fit its buffers.
+const maxRules = 8
 
-// plan is a validated set of 1 to maxLayers Limits of one key, decided
-// together, with the script arguments they share built once, so that the
-// hot path neither validates nor boxes integers again.
+// plan is a validated set of 1 to maxRules Limits, decided together, with
+// the script arguments they share built once, so that the hot path neither
+// validates nor boxes integers again.
 type plan struct {
 	limits []Limit // the layers'
-	all    []Limit // a layer subset's whole set, with mask
-	mask   uint8
+	index  []int   // their numbers among their keys' Rules
+	rule   []int   // their numbers among the decision's Rules
 	layers []layer
 	script *evalScript // the EVAL form of run: the one algorithm's, or all
 	single *evalScript // the EVAL form of one, for a plan of one layer
@@ -36,7 +36,8 @@ type layer struct {
 	limit Limit
 	p     params
 	row   *algorithm
-	index int // its number in the state's keys (see stateKeys)
+	index int // its number among its key's Rules, in the state's keys (see stateKeys)
+	rule  int // its number among the decision's Rules, for errors
 }
 
 type calendarArgs struct {
@@ -44,20 +45,21 @@ type calendarArgs struct {
 	args, head []any
 }
 
-// newPlan validates limits; index[i] is layer i's number in the keys.
-func newPlan(limits []Limit, index []int) (*plan, error) {
-	pl := &plan{limits: slices.Clone(limits), layers: make([]layer, len(limits))}
+// newPlan validates limits; index[i] is layer i's number in the keys,
+// rule[i] its Rule's in the decision.
+func newPlan(limits []Limit, index, rule []int) (*plan, error) {
+	pl := &plan{limits: slices.Clone(limits), index: slices.Clone(index), rule: slices.Clone(rule), layers: make([]layer, len(limits))}
 	script, cal := 0, false
 	for i, lim := range limits {
 		p, err := lim.params()
 		if err != nil {
-			if len(limits) > 1 || index[0] > 0 {
-				return nil, fmt.Errorf("layer %d: %w", index[i], err)
+			if len(limits) > 1 || rule[0] > 0 {
+				return nil, fmt.Errorf("rule %d: %w", rule[i], err)
 			}
 			return nil, err
 		}
 		row := lim.row()
-		pl.layers[i] = layer{limit: lim, p: p, row: row, index: index[i]}
+		pl.layers[i] = layer{limit: lim, p: p, row: row, index: index[i], rule: rule[i]}
 		pl.nkeys += len(row.suffixes)
 		pl.ids = pl.ids || row.ids
 		cal = cal || lim.Calendar != NoCalendar
@@ -153,16 +155,19 @@ func (pl *plan) mostCharged() int64 {
 	return most
 }
 
-// keys appends the state keys of tag under every layer.
-func (pl *plan) keys(dst []string, prefix, tag string) []string {
-	for _, ly := range pl.layers {
+// keys appends the state keys of every layer: of tag, or of tags[i] for
+// layer i when tags is given.
+func (pl *plan) keys(dst []string, prefix, tag string, tags []string) []string {
+	for i, ly := range pl.layers {
+		if tags != nil {
+			tag = tags[i]
+		}
 		dst = stateKeys(dst, prefix, tag, ly.row, ly.index)
 	}
 	return dst
 }
 
-// plans caches the plans of single Limits (Allow and the like) and of
-// layer sets, a few of each, so the hot path finds its plan with one
+// plans caches the plans of single Limits and of Rule sets, a few of each, so the hot path finds its plan with one
 // atomic load and one comparison.
 type plans struct {
 	one    [8]atomic.Pointer[plan]
@@ -178,7 +183,7 @@ func (c *plans) of(limit Limit) (*plan, error) {
 	if pl := slot.Load(); pl != nil && pl.limits[0] == limit {
 		return pl, nil
 	}
-	pl, err := newPlan([]Limit{limit}, layer0)
+	pl, err := newPlan([]Limit{limit}, layer0, layer0)
 	if err != nil {
 		return nil, err
 	}
@@ -186,32 +191,21 @@ func (c *plans) of(limit Limit) (*plan, error) {
 	return pl, nil
 }
 
-// ofLayers is the plan of the layers of limits in mask (bit i: layer i),
-// each keeping its number in the keys.
-func (c *plans) ofLayers(limits []Limit, mask uint8) (*plan, error) {
-	if len(limits) == 0 || len(limits) > maxLayers {
-		return nil, fmt.Errorf("%w: AllowLayers takes 1 to %d Limits, got %d", ErrInvalidLimit, maxLayers, len(limits))
-	}
-	h := uint64(len(limits)) ^ uint64(mask)<<8
-	for _, l := range limits {
-		h = (h ^ uint64(l.Rate) ^ uint64(l.Period)>>10 ^ uint64(l.Algorithm)<<5) * 0x9E3779B97F4A7C15
+// ofRules is the plan of limits, layer i being number index[i] among its
+// key's Rules and number rule[i] among the decision's.
+func (c *plans) ofRules(limits []Limit, index, rule []int) (*plan, error) {
+	h := uint64(len(limits))
+	for i, l := range limits {
+		h = (h ^ uint64(l.Rate) ^ uint64(l.Period)>>10 ^ uint64(l.Algorithm)<<5 ^ uint64(index[i])<<13 ^ uint64(rule[i])<<17) * 0x9E3779B97F4A7C15
 	}
 	slot := &c.layers[h>>61]
-	if pl := slot.Load(); pl != nil && pl.mask == mask && slices.Equal(pl.all, limits) {
+	if pl := slot.Load(); pl != nil && slices.Equal(pl.limits, limits) && slices.Equal(pl.index, index) && slices.Equal(pl.rule, rule) {
 		return pl, nil
 	}
-	var sub []Limit
-	var index []int
-	for i, l := range limits {
-		if mask&(1<<i) != 0 {
-			sub, index = append(sub, l), append(index, i)
-		}
-	}
-	pl, err := newPlan(sub, index)
+	pl, err := newPlan(limits, index, rule)
 	if err != nil {
 		return nil, err
 	}
-	pl.all, pl.mask = slices.Clone(limits), mask
 	slot.Store(pl)
 	return pl, nil
 }

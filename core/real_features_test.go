@@ -27,22 +27,22 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 	t.Run("in flight", func(t *testing.T) {
 		l, prefix := newLimiter(t)
 		jobs := InFlight(2)
-		a, errA := l.Allow(ctx, "k", jobs)
-		b, errB := l.Allow(ctx, "k", jobs)
-		c, errC := l.Allow(ctx, "k", jobs)
+		a, errA := l.Allow(ctx, 1, jobs.For("k"))
+		b, errB := l.Allow(ctx, 1, jobs.For("k"))
+		c, errC := l.Allow(ctx, 1, jobs.For("k"))
 		if errA != nil || errB != nil || errC != nil || !a.Allowed || !b.Allowed || c.Allowed {
 			t.Fatalf("three takes of 2 permits: %v %v %v (%v %v %v); want two admitted, the third refused", a, b, c, errA, errB, errC)
 		}
 		if c.RetryAfter <= 0 || c.RetryAfter > jobs.Period {
 			t.Errorf("refused permit: RetryAfter %v, want within (0, %v]", c.RetryAfter, jobs.Period)
 		}
-		if err := l.Refund(ctx, "k", jobs, a); err != nil {
+		if err := l.Refund(ctx, a, jobs.For("k")); err != nil {
 			t.Fatal(err)
 		}
-		if d, err := l.Allow(ctx, "k", jobs); err != nil || !d.Allowed {
+		if d, err := l.Allow(ctx, 1, jobs.For("k")); err != nil || !d.Allowed {
 			t.Fatalf("a take after a permit came back: %+v, %v; want admitted", d, err)
 		}
-		if r, err := l.Renew(ctx, "k", jobs, b); err != nil || !r.Allowed {
+		if r, err := l.Renew(ctx, b, jobs.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("Renew of a held permit: %+v, %v; want kept", r, err)
 		}
 		checkAllTTLs(t, rdb, prefix, 1)
@@ -51,11 +51,11 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 		// the Limit's Period, on Redis' clock.
 		short := Limit{Algorithm: Concurrency, Rate: 1, Period: 300 * time.Millisecond}
 		taken := time.Now() // before Redis decides: no reply delay makes the lease look short
-		if r, err := l.Allow(ctx, "lapse", short); err != nil || !r.Allowed {
+		if r, err := l.Allow(ctx, 1, short.For("lapse")); err != nil || !r.Allowed {
 			t.Fatalf("take: %+v, %v", r, err)
 		}
 		for {
-			r, err := l.Allow(ctx, "lapse", short)
+			r, err := l.Allow(ctx, 1, short.For("lapse"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,22 +75,22 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 	t.Run("settle", func(t *testing.T) {
 		l, prefix := newLimiter(t)
 		budget := Limit{Rate: 100, Period: time.Minute}
-		taken, err := l.AllowN(ctx, "k", budget, 10)
+		taken, err := l.Allow(ctx, 10, budget.For("k"))
 		if err != nil || !taken.Allowed {
 			t.Fatalf("AllowN(10): %+v, %v", taken, err)
 		}
-		if r, err := l.Settle(ctx, "k", budget, taken, 2); err != nil || r.Remaining < 98 {
+		if r, err := l.Settle(ctx, taken, 2, budget.For("k")); err != nil || r.Remaining < 98 {
 			t.Fatalf("Settle(10 taken, 2 used): %+v, %v; want 8 back (98 or more left)", r, err)
 		}
-		taken, err = l.Allow(ctx, "k", budget)
+		taken, err = l.Allow(ctx, 1, budget.For("k"))
 		if err != nil || !taken.Allowed {
 			t.Fatalf("Allow: %+v, %v", taken, err)
 		}
 		t0 := redisNow(t, rdb)
-		if _, err := l.Settle(ctx, "k", budget, taken, 250); err != nil {
+		if _, err := l.Settle(ctx, taken, 250, budget.For("k")); err != nil {
 			t.Fatal(err)
 		}
-		r, err := l.Allow(ctx, "k", budget)
+		r, err := l.Allow(ctx, 1, budget.For("k"))
 		elapsed := time.Duration(redisNow(t, rdb)-t0) * time.Microsecond
 		if err != nil || r.Allowed {
 			t.Fatalf("after a debt: %+v, %v; want refused", r, err)
@@ -111,11 +111,11 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 		var now time.Time
 		for _, key := range []string{"k", "k-next-month"} {
 			before := time.UnixMicro(redisNow(t, rdb)).UTC()
-			if r, err := l.AllowN(ctx, key, quota, 3); err != nil || !r.Allowed || r.Remaining != 0 {
+			if r, err := l.Allow(ctx, 3, quota.For(key)); err != nil || !r.Allowed || r.Remaining != 0 {
 				t.Fatalf("AllowN(3) of 3 a month: %+v, %v", r, err)
 			}
 			var err error
-			r, err = l.Allow(ctx, key, quota)
+			r, err = l.Allow(ctx, 1, quota.For(key))
 			now = time.UnixMicro(redisNow(t, rdb)).UTC()
 			if err != nil {
 				t.Fatal(err)
@@ -136,20 +136,20 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 
 	t.Run("rate and in flight layers", func(t *testing.T) {
 		l, prefix := newLimiter(t)
-		layers := []Limit{PerMinute(100), InFlight(1)}
-		first, err := l.AllowLayers(ctx, "k", layers, 1)
-		if err != nil || !first[0].Allowed || !first[1].Allowed {
+		layers := []Rule{PerMinute(100).For("k"), InFlight(1).For("k")}
+		first, err := l.Allow(ctx, 1, layers...)
+		if err != nil || !first.Allowed || !first.Rules[0].Allowed || !first.Rules[1].Allowed {
 			t.Fatalf("first: %+v, %v", first, err)
 		}
-		second, err := l.AllowLayers(ctx, "k", layers, 1)
-		if err != nil || !second[0].Allowed || second[1].Allowed {
+		second, err := l.Allow(ctx, 1, layers...)
+		if err != nil || second.Allowed || !second.Rules[0].Allowed || second.Rules[1].Allowed {
 			t.Fatalf("second while the first holds the permit: %+v, %v; want the rate layer alone to admit", second, err)
 		}
-		if err := l.RefundLayers(ctx, "k", layers, first); err != nil {
+		if err := l.Refund(ctx, first, layers...); err != nil {
 			t.Fatal(err)
 		}
-		third, err := l.AllowLayers(ctx, "k", layers, 1)
-		if err != nil || !third[0].Allowed || !third[1].Allowed {
+		third, err := l.Allow(ctx, 1, layers...)
+		if err != nil || !third.Allowed || !third.Rules[0].Allowed || !third.Rules[1].Allowed {
 			t.Fatalf("after the first gave its permit back: %+v, %v; want admitted", third, err)
 		}
 		checkAllTTLs(t, rdb, prefix, 2)

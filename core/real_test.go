@@ -139,13 +139,13 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 			for ; ; attempt++ {
 				key := fmt.Sprintf("k%d", attempt)
 				t0 := redisNow(t, rdb)
-				if r, err := l.Peek(ctx, key, lim); err != nil || !r.Allowed || r.Remaining != 5 || r.ResetAfter != 0 {
+				if r, err := l.Peek(ctx, lim.For(key)); err != nil || !r.Allowed || r.Remaining != 5 || r.ResetAfter != 0 {
 					t.Fatalf("Peek on a fresh key = %+v, %v", r, err)
 				}
-				if r, err := l.AllowN(ctx, key, lim, 5); err != nil || !r.Allowed || r.Remaining != 0 {
+				if r, err := l.Allow(ctx, 5, lim.For(key)); err != nil || !r.Allowed || r.Remaining != 0 {
 					t.Fatalf("AllowN(5) = %+v, %v", r, err)
 				}
-				r, err := l.Allow(ctx, key, lim)
+				r, err := l.Allow(ctx, 1, lim.For(key))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -194,7 +194,7 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 				if err := l.Reset(ctx, key); err != nil {
 					t.Fatal(err)
 				}
-				if r, err := l.AllowN(ctx, key, lim, 5); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, 5, lim.For(key)); err != nil || !r.Allowed {
 					t.Fatalf("AllowN(5) after Reset = %+v, %v", r, err)
 				}
 				break
@@ -204,12 +204,12 @@ func behaviourSuite(t *testing.T, rdb redis.UniversalClient) {
 			long := strings.Repeat("k", 64<<10)
 			keys := []string{"{a}", "a", "%7Ba%7D", "a\x00", "\xff\xfe", long, long + "x", hashedTag(long)}
 			for _, k := range keys {
-				if r, err := l.AllowN(ctx, k, lim, 5); err != nil || !r.Allowed {
+				if r, err := l.Allow(ctx, 5, lim.For(k)); err != nil || !r.Allowed {
 					t.Fatalf("AllowN(5) on key %q = %+v, %v: shares state with an earlier key", trunc(k), r, err)
 				}
 			}
 			for _, k := range keys {
-				if r, err := l.Allow(ctx, k, lim); err != nil || r.Allowed {
+				if r, err := l.Allow(ctx, 1, lim.For(k)); err != nil || r.Allowed {
 					t.Fatalf("Allow on the used key %q = %+v, %v, want denied", trunc(k), r, err)
 				}
 			}
@@ -240,7 +240,7 @@ func TestRealScriptFlush(t *testing.T) {
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
-			r, err := l.Allow(ctx, "k", lim)
+			r, err := l.Allow(ctx, 1, lim.For("k"))
 			if err != nil {
 				t.Fatalf("%s: Allow after SCRIPT FLUSH: %v", a, err)
 			}
@@ -311,7 +311,7 @@ func hammer(t *testing.T, limiters []*Limiter, workers int, lim Limit, stop <-ch
 					return
 				default:
 				}
-				r, err := l.Allow(context.Background(), "shared", lim)
+				r, err := l.Allow(context.Background(), 1, lim.For("shared"))
 				calls.Add(1)
 				if err != nil {
 					failed.Add(1)
@@ -358,7 +358,7 @@ func concurrencySuite(t *testing.T, newClient func(t *testing.T) redis.Universal
 			limiters := make([]*Limiter, len(cs))
 			for i, rdb := range cs {
 				limiters[i] = opsNew(t, rdb, WithPrefix(prefix), WithTimeout(10*time.Second), WithBatching(c.batch))
-				if _, err := limiters[i].Peek(context.Background(), "shared", lim); err != nil {
+				if _, err := limiters[i].Peek(context.Background(), lim.For("shared")); err != nil {
 					t.Fatalf("warming client %d: %v", i, err)
 				}
 			}
@@ -430,8 +430,10 @@ func TestClusterConcurrency(t *testing.T) {
 }
 
 // TestClusterSlots: on a real cluster, each decision's key is in the slot
-// of its hash tag (CLUSTER KEYSLOT agrees with keySlot), and many caller
-// keys spread over every master.
+// its Limiter groups it in (CLUSTER KEYSLOT agrees with keySlot and slot):
+// the caller key's own hash tag's, which is Redis' slot of the caller key
+// itself, or the escaped key's; and many caller keys spread over every
+// master.
 func TestClusterSlots(t *testing.T) {
 	rdb := redistest.Cluster(t)
 	ctx := context.Background()
@@ -442,10 +444,10 @@ func TestClusterSlots(t *testing.T) {
 	for i := range callers {
 		key := fmt.Sprintf("user:%d", i)
 		if i%4 == 1 {
-			key = fmt.Sprintf("{user}:%d", i) // an attempt to pin every key to one slot
+			key = fmt.Sprintf("{user}:%d", i) // pinned to the slot of "user", as Redis pins it
 		}
 		for _, a := range allAlgorithms {
-			if r, err := l.Allow(ctx, key, with(PerMinute(10), a)); err != nil || !r.Allowed {
+			if r, err := l.Allow(ctx, 1, with(PerMinute(10), a).For(key)); err != nil || !r.Allowed {
 				t.Fatalf("Allow(%q, %s) = %+v, %v", key, a, r, err)
 			}
 			rk := redisKey(l.prefix, key, a)
@@ -453,8 +455,12 @@ func TestClusterSlots(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := keySlot(rk); int(got) != want || want != keySlotWhole(escapeTag(key)) {
-				t.Fatalf("CLUSTER KEYSLOT %q = %d, keySlot %d, slot of the escaped key %d", rk, got, want, keySlotWhole(escapeTag(key)))
+			grouped := slot(slotTag(escapeTag(key)))
+			if want := keySlot(rk); int(got) != want || want != grouped {
+				t.Fatalf("CLUSTER KEYSLOT %q = %d, keySlot %d, the slot the Limiter groups it in %d", rk, got, want, grouped)
+			}
+			if i%4 == 1 && grouped != keySlot(key) || i%4 != 1 && grouped != keySlotWhole(escapeTag(key)) {
+				t.Fatalf("key %q: slot %d, want Redis' slot of the caller key %d if it has a hash tag, else the escaped key's %d", key, grouped, keySlot(key), keySlotWhole(escapeTag(key)))
 			}
 		}
 	}

@@ -22,36 +22,58 @@ const maxTagLen = 128
 var escapeBraces = strings.NewReplacer("{", "%7B", "}", "%7D")
 
 // stateKeys appends the Redis keys of tag's state under row:
-// "<prefix>:{<tag>}<suffix>", with ":<layer>" after the suffix for the
-// layers of AllowLayers after the first. The braces make the caller's key
-// the Redis Cluster hash tag, so every key of one caller lands in one slot;
-// escapeTag guarantees the tag itself holds no brace that could end it
-// early or move the slot.
-func stateKeys(dst []string, prefix, tag string, row *algorithm, layer int) []string {
-	var layerSuffix string
-	if layer > 0 {
-		layerSuffix = ":" + strconv.Itoa(layer)
+// "<prefix>:{<tag>}<suffix>", with ":<index>" after the suffix for a key's
+// Rules after its first in one decision. The braces make the caller's key
+// (or the hash tag it chose, see escapeTag) the Redis Cluster hash tag, so
+// every key of one caller lands in one slot.
+func stateKeys(dst []string, prefix, tag string, row *algorithm, index int) []string {
+	var indexSuffix string
+	if index > 0 {
+		indexSuffix = ":" + strconv.Itoa(index)
 	}
 	for _, suffix := range row.suffixes {
 		var b strings.Builder
-		b.Grow(len(prefix) + len(tag) + len(suffix) + len(layerSuffix) + 3)
+		b.Grow(len(prefix) + len(tag) + len(suffix) + len(indexSuffix) + 3)
 		b.WriteString(prefix)
 		b.WriteString(":{")
 		b.WriteString(tag)
 		b.WriteByte('}')
 		b.WriteString(suffix)
-		b.WriteString(layerSuffix)
+		b.WriteString(indexSuffix)
 		dst = append(dst, b.String())
 	}
 	return dst
 }
 
-// escapeTag makes a caller key safe as a hash tag. '%', '{', '}' and '#'
-// are percent-encoded; all other bytes (NUL, invalid UTF-8) are kept: Redis
-// keys are binary safe. A key whose escaped form is longer than maxTagLen
-// becomes "#" + base64url(sha256(key)) instead; '#' is escaped in every
-// other key, so the two forms cannot collide.
+// escapeTag is a caller key as it stands between the braces of its state
+// keys (see stateKeys). A key that holds a hash tag of its own, as Redis
+// defines one (the bytes between its first '{' and the next '}', if any),
+// becomes "<tag>}{<key>", both escaped: its state keys then read
+// "<prefix>:{<tag>}{<key>}<suffix>", in the slot of its tag, and no other
+// key's (a key without a tag never has "}{" there). Escaping
+// percent-encodes '%', '{', '}' and '#' and keeps every other byte (NUL,
+// invalid UTF-8): Redis keys are binary safe. A part whose escaped form is
+// longer than maxTagLen, which an attacker can send in a header, becomes
+// "#" + base64url(sha256(part)) instead; '#' is escaped in every other
+// part, so the two forms cannot collide.
 func escapeTag(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return escapePart(key[i+1:i+1+j]) + "}{" + escapePart(key)
+		}
+	}
+	return escapePart(key)
+}
+
+// slotTag is the part of an escaped tag that chooses its Cluster slot.
+func slotTag(tag string) string {
+	if i := strings.IndexByte(tag, '}'); i >= 0 {
+		return tag[:i]
+	}
+	return tag
+}
+
+func escapePart(key string) string {
 	if len(key) > maxTagLen {
 		return hashedTag(key)
 	}
@@ -85,7 +107,8 @@ func hashedTag(key string) string {
 	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// slot is the Redis Cluster hash slot of every key with hash tag tag:
+// slot is the Redis Cluster hash slot of every key with hash tag tag (an
+// escapeTag's slotTag):
 // CRC16 (XMODEM) modulo 16384, as the Cluster specification defines it.
 func slot(tag string) int {
 	var crc uint16

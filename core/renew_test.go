@@ -10,56 +10,51 @@ import (
 
 // TestRenewTakesALapsedPermitAgain guards "A permit that had lapsed ... is
 // taken again, atomically, when the key has room for it" and "false means
-// the permit had lapsed and the key is full: the request holds none, and
-// nothing counts it" (Renew's godoc), under one Limit and as a layer
-// beside a rate Limit (RenewLayers). Before, a renewal that found its
+// a permit had lapsed and its key is full: the request holds none there,
+// and nothing counts it" (Renew's godoc), under one Limit and as a Rule
+// beside a rate Rule of the same key. Before, a renewal that found its
 // permit lapsed kept nothing, so the request ran on uncounted beside a
 // full key's permits.
 func TestRenewTakesALapsedPermitAgain(t *testing.T) {
 	ctx := context.Background()
 	jobs := Limit{Algorithm: Concurrency, Rate: 1, Period: time.Second}
 	layers := []Limit{PerMinute(100), jobs}
-	type renewFunc func(l *Limiter, key string, taken []Result) (Result, error)
-	type takeFunc func(l *Limiter, key string) ([]Result, error)
 	for _, c := range []struct {
 		name  string
-		take  takeFunc
-		renew renewFunc
+		rules func(key string) []Rule
 	}{
-		{"one Limit",
-			func(l *Limiter, key string) ([]Result, error) {
-				r, err := l.Allow(ctx, key, jobs)
-				return []Result{r}, err
-			},
-			func(l *Limiter, key string, taken []Result) (Result, error) { return l.Renew(ctx, key, jobs, taken[0]) }},
-		{"layers",
-			func(l *Limiter, key string) ([]Result, error) { return l.AllowLayers(ctx, key, layers, 1) },
-			func(l *Limiter, key string, taken []Result) (Result, error) {
-				rs, err := l.RenewLayers(ctx, key, layers, taken)
-				if err != nil {
-					return Result{}, err
-				}
-				return rs[1], nil
-			}},
+		{"one Limit", func(key string) []Rule { return []Rule{jobs.For(key)} }},
+		{"layers", func(key string) []Rule { return opsRules(key, layers) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mr, _, l := miniLimiter(t)
 			at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
-			took := func(key, what string) []Result {
+			took := func(key, what string) Result {
 				t.Helper()
-				rs, err := c.take(l, key)
+				r, err := l.Allow(ctx, 1, c.rules(key)...)
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}
-				return rs
+				return r
 			}
-			allowed := func(rs []Result) bool { return rs[len(rs)-1].Allowed }
+			// renew is what Renew decided for the permit's Rule.
+			renew := func(key string, taken Result) (Result, error) {
+				r, err := l.Renew(ctx, taken, c.rules(key)...)
+				if err != nil || r.Rules == nil {
+					return r, err
+				}
+				if r.Allowed != permitOf(r).Allowed {
+					t.Errorf("Renew = %+v: Allowed is not the permit's", r)
+				}
+				return permitOf(r), nil
+			}
+			allowed := func(r Result) bool { return permitOf(r).Allowed }
 
 			// Room: the lapsed permit is taken again and counts.
 			at(0)
 			a := took("room", "take A")
 			at(1500 * time.Millisecond) // A lapsed half a second ago
-			if r, err := c.renew(l, "room", a); err != nil || !r.Allowed {
+			if r, err := renew("room", a); err != nil || !r.Allowed {
 				t.Fatalf("renewal of a lapsed permit, the key empty: %+v, %v; want taken again", r, err)
 			}
 			if b := took("room", "take B"); allowed(b) {
@@ -78,10 +73,10 @@ func TestRenewTakesALapsedPermitAgain(t *testing.T) {
 			if !allowed(b) {
 				t.Fatalf("a take after A's permit lapsed: %+v; want admitted", b)
 			}
-			if r, err := c.renew(l, "full", a); err != nil || r.Allowed {
+			if r, err := renew("full", a); err != nil || r.Allowed {
 				t.Fatalf("renewal of a lapsed permit, the key full: %+v, %v; want refused", r, err)
 			}
-			if err := l.RefundLayers(ctx, "full", layersOf(len(b), layers, jobs), permitOnly(b)); err != nil {
+			if err := l.Refund(ctx, permitOnly(b), c.rules("full")...); err != nil {
 				t.Fatal(err)
 			}
 			if c := took("full", "take C"); !allowed(c) {
@@ -91,19 +86,24 @@ func TestRenewTakesALapsedPermitAgain(t *testing.T) {
 	}
 }
 
-// layersOf is the Limits a take of n Results was decided under.
-func layersOf(n int, layers []Limit, one Limit) []Limit {
-	if n == 1 {
-		return []Limit{one}
+// permitOf is the last Rule's (the permit's) Result of r.
+func permitOf(r Result) Result {
+	if r.Rules == nil {
+		return r
 	}
-	return layers
+	return r.Rules[len(r.Rules)-1]
 }
 
-// permitOnly is taken with only its last layer's (the permit's) Result.
-func permitOnly(taken []Result) []Result {
-	out := make([]Result, len(taken))
-	out[len(out)-1] = taken[len(taken)-1]
-	return out
+// permitOnly is taken with only its last Rule's (the permit's) Result:
+// the other Rules are left alone.
+func permitOnly(taken Result) Result {
+	if taken.Rules == nil {
+		return taken
+	}
+	parts := make([]Result, len(taken.Rules))
+	parts[len(parts)-1] = taken.Rules[len(parts)-1]
+	taken.Rules = parts
+	return taken
 }
 
 // TestResetKeepsPermitsInFlight guards "Reset keeps them, so a Reset never
@@ -113,22 +113,22 @@ func permitOnly(taken []Result) []Result {
 func TestResetKeepsPermitsInFlight(t *testing.T) {
 	ctx := context.Background()
 	_, _, l := miniLimiter(t)
-	layers := []Limit{PerMinute(1), InFlight(1)}
-	first, err := l.AllowLayers(ctx, "k", layers, 1)
-	if err != nil || !first[1].Allowed {
+	layers := []Rule{PerMinute(1).For("k"), InFlight(1).For("k")}
+	first, err := l.Allow(ctx, 1, layers...)
+	if err != nil || !first.Rules[1].Allowed {
 		t.Fatalf("first take: %+v, %v", first, err)
 	}
 	if err := l.Reset(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	second, err := l.AllowLayers(ctx, "k", layers, 1)
-	if err != nil || second[1].Allowed || !second[0].Allowed {
+	second, err := l.Allow(ctx, 1, layers...)
+	if err != nil || second.Rules[1].Allowed || !second.Rules[0].Allowed {
 		t.Fatalf("a take after a Reset, the first in flight: %+v, %v; want the rate layer whole and the permit refused", second, err)
 	}
-	if err := l.RefundLayers(ctx, "k", layers, permitOnly(first)); err != nil {
+	if err := l.Refund(ctx, permitOnly(first), layers...); err != nil {
 		t.Fatal(err)
 	}
-	if third, err := l.AllowLayers(ctx, "k", layers, 1); err != nil || !third[1].Allowed {
+	if third, err := l.Allow(ctx, 1, layers...); err != nil || !third.Rules[1].Allowed {
 		t.Fatalf("a take once the first gave its permit back: %+v, %v; want admitted", third, err)
 	}
 }

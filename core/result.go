@@ -27,7 +27,7 @@ type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For
 	// Peek, whether it would.
 	Allowed bool
-	// Granted is how many units were taken: n when AllowN admits, between 1
+	// Granted is how many units were taken: n when Allow admits, between 1
 	// and n when AllowAtMost does, 0 on a denial and for Peek.
 	Granted int
 	// Remaining is how many units could still be taken right now, after
@@ -56,6 +56,14 @@ type Result struct {
 	// out. Remaining is then what Redis had left when the lease was taken,
 	// plus the lease's own units.
 	Leased bool
+	// Rules holds, for a decision under several Rules, one Result per
+	// Rule, in their order, each saying what its Rule alone decided (and,
+	// for a receipt, what it took); nil for one Rule. The fields above are
+	// then the strictest of them: the least Remaining, the longest waits.
+	// A Rule that refused has Allowed false and RetryAfter > 0; one in a
+	// later Cluster slot, not asked because an earlier slot refused, has a
+	// zero Result.
+	Rules []Result
 
 	// stamp is the Redis TIME (µs) of the decision, which a refund names;
 	// for Concurrency, the permit's id.

@@ -23,14 +23,14 @@ func TestSettleLargeChargeNeverFree(t *testing.T) {
 	waits := map[int]time.Duration{}
 	for _, used := range []int{1 << 20, 1 << 40, 1<<40 + 1, 1 << 62} {
 		key := "large-" + time.Duration(used).String()
-		taken, err := l.AllowN(ctx, key, lim, 10)
+		taken, err := l.Allow(ctx, 10, lim.For(key))
 		if err != nil || !taken.Allowed {
 			t.Fatalf("AllowN: %+v, %v", taken, err)
 		}
-		if _, err := l.Settle(ctx, key, lim, taken, used); err != nil {
+		if _, err := l.Settle(ctx, taken, used, lim.For(key)); err != nil {
 			t.Fatalf("Settle(used %d): %v", used, err)
 		}
-		r, err := l.Allow(ctx, key, lim)
+		r, err := l.Allow(ctx, 1, lim.For(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,18 +54,18 @@ func TestSettleLargeChargeDailyBucket(t *testing.T) {
 	var last time.Duration
 	for _, used := range []int{120000, 140000, 1 << 30, 1 << 62} {
 		key := "daily-" + time.Duration(used).String()
-		taken, err := l.AllowN(ctx, key, lim, 1000)
+		taken, err := l.Allow(ctx, 1000, lim.For(key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := l.Settle(ctx, key, lim, taken, used)
+		res, err := l.Settle(ctx, taken, used, lim.For(key))
 		if err != nil {
 			t.Fatalf("Settle(used %d): %v", used, err)
 		}
 		if res.Remaining != 0 {
 			t.Errorf("Settle(used %d): Remaining %d, want 0", used, res.Remaining)
 		}
-		r, err := l.Peek(ctx, key, lim)
+		r, err := l.Peek(ctx, lim.For(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,17 +84,20 @@ func TestSettleNegativeUsed(t *testing.T) {
 	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
 		lim := with(PerMinute(100), a)
 		key := "neg-" + a.String()
-		taken, err := l.AllowN(ctx, key, lim, 10)
+		taken, err := l.Allow(ctx, 10, lim.For(key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.Settle(ctx, key, lim, taken, -50); !errors.Is(err, ErrInvalidCost) {
+		if _, err := l.Settle(ctx, taken, -50, lim.For(key)); !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("%s: Settle(used -50) = %v, want ErrInvalidCost", a, err)
 		}
-		if _, err := l.SettleLayers(ctx, key, []Limit{lim}, []Result{taken}, -50); !errors.Is(err, ErrInvalidCost) {
-			t.Errorf("%s: SettleLayers(used -50) = %v, want ErrInvalidCost", a, err)
+		// The receipt as a decision under several Rules gives it: Settle's
+		// path for them.
+		several := Result{Allowed: true, Granted: taken.Granted, Rules: []Result{taken}}
+		if _, err := l.Settle(ctx, several, -50, lim.For(key)); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: Settle(used -50) of a receipt of Rules = %v, want ErrInvalidCost", a, err)
 		}
-		r, err := l.Peek(ctx, key, lim)
+		r, err := l.Peek(ctx, lim.For(key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,29 +119,30 @@ func TestReceiptOfAnotherStateRefused(t *testing.T) {
 			lim = InFlight(1)
 		}
 		a, b := "own-"+a.String(), "other-"+a.String()
-		taken, err := l.Allow(ctx, a, lim)
+		taken, err := l.Allow(ctx, 1, lim.For(a))
 		if err != nil || !taken.Allowed {
 			t.Fatalf("%s: Allow: %+v, %v", lim, taken, err)
 		}
 		for range lim.Capacity() {
-			if _, err := l.Allow(ctx, b, lim); err != nil {
+			if _, err := l.Allow(ctx, 1, lim.For(b)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := l.Refund(ctx, b, lim, taken); !errors.Is(err, ErrInvalidCost) {
+		if err := l.Refund(ctx, taken, lim.For(b)); !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("%s: Refund on another key = %v, want ErrInvalidCost", lim, err)
 		}
-		if _, err := l.Settle(ctx, b, lim, taken, 0); lim.Algorithm != Concurrency && !errors.Is(err, ErrInvalidCost) {
+		if _, err := l.Settle(ctx, taken, 0, lim.For(b)); lim.Algorithm != Concurrency && !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("%s: Settle on another key = %v, want ErrInvalidCost", lim, err)
 		}
-		if err := l.RefundLayers(ctx, b, []Limit{lim}, []Result{taken}); !errors.Is(err, ErrInvalidCost) {
-			t.Errorf("%s: RefundLayers on another key = %v, want ErrInvalidCost", lim, err)
+		several := Result{Allowed: true, Granted: taken.Granted, Rules: []Result{taken}}
+		if err := l.Refund(ctx, several, lim.For(b)); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: Refund of a receipt of Rules on another key = %v, want ErrInvalidCost", lim, err)
 		}
-		if r, err := l.Peek(ctx, b, lim); err != nil || lim.Algorithm != Concurrency && r.Remaining != 0 {
+		if r, err := l.Peek(ctx, lim.For(b)); err != nil || lim.Algorithm != Concurrency && r.Remaining != 0 {
 			t.Errorf("%s: key b after the refused refunds: %+v, %v; want 0 remaining", lim, r, err)
 		}
 		// Its own key takes it.
-		if err := l.Refund(ctx, a, lim, taken); err != nil {
+		if err := l.Refund(ctx, taken, lim.For(a)); err != nil {
 			t.Errorf("%s: Refund on its own key: %v", lim, err)
 		}
 	}
@@ -151,32 +155,37 @@ func TestReceiptOfAnotherAlgorithmOrLayerRefused(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	ctx := context.Background()
 	tb, fw := PerMinute(100), with(PerMinute(100), FixedWindow)
-	taken, err := l.Allow(ctx, "k", tb)
+	taken, err := l.Allow(ctx, 1, tb.For("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Refund(ctx, "k", fw, taken); !errors.Is(err, ErrInvalidCost) {
+	if err := l.Refund(ctx, taken, fw.For("k")); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("Refund under another Algorithm = %v, want ErrInvalidCost", err)
 	}
-	if err := l.Refund(ctx, "k", PerMinute(200), taken); err != nil {
+	if err := l.Refund(ctx, taken, PerMinute(200).For("k")); err != nil {
 		t.Errorf("Refund under a changed Rate = %v, want nil", err)
 	}
-	layers := []Limit{PerSecond(10), PerMinute(100)}
-	lt, err := l.AllowLayers(ctx, "k2", layers, 1)
-	if err != nil || !lt[1].Allowed {
-		t.Fatalf("AllowLayers: %+v, %v", lt, err)
+	layers := []Rule{PerSecond(10).For("k2"), PerMinute(100).For("k2")}
+	res, err := l.Allow(ctx, 1, layers...)
+	if err != nil || !res.Allowed || !res.Rules[1].Allowed {
+		t.Fatalf("Allow under two Rules: %+v, %v", res, err)
 	}
-	if err := l.Refund(ctx, "k2", layers[1], lt[1]); !errors.Is(err, ErrInvalidCost) {
-		t.Errorf("Refund of layer 1 as a plain Allow's = %v, want ErrInvalidCost", err)
+	lt := res.Rules
+	if err := l.Refund(ctx, lt[1], layers[1]); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("Refund of rule 1 as a plain Allow's = %v, want ErrInvalidCost", err)
 	}
-	if _, err := l.SettleLayers(ctx, "k2", layers, []Result{lt[1], lt[0]}, 5); !errors.Is(err, ErrInvalidCost) {
-		t.Errorf("SettleLayers with the layers' receipts swapped = %v, want ErrInvalidCost", err)
+	swapped := res
+	swapped.Rules = []Result{lt[1], lt[0]}
+	if _, err := l.Settle(ctx, swapped, 5, layers...); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("Settle with the Rules' receipts swapped = %v, want ErrInvalidCost", err)
 	}
-	if err := l.Refund(ctx, "k2", layers[0], lt[0]); err != nil {
-		t.Errorf("Refund of layer 0 as a plain Allow's (the same state) = %v, want nil", err)
+	if err := l.Refund(ctx, lt[0], layers[0]); err != nil {
+		t.Errorf("Refund of rule 0 as a plain Allow's (the same state) = %v, want nil", err)
 	}
-	if err := l.RefundLayers(ctx, "k2", layers, []Result{{}, lt[1]}); err != nil {
-		t.Errorf("RefundLayers of layer 1 alone = %v, want nil", err)
+	second := res
+	second.Rules = []Result{{}, lt[1]}
+	if err := l.Refund(ctx, second, layers...); err != nil {
+		t.Errorf("Refund of rule 1 alone = %v, want nil", err)
 	}
 }
 
@@ -213,7 +222,7 @@ func settleSweepLimits() []Limit {
 // granted under lim: every edge of the charge's bound (most, the largest
 // charge; the windows' 2^40), of the 2^53 guard and of int, in order.
 func settleSweepUsed(lim Limit, granted int) []int {
-	pl, err := newPlan([]Limit{lim}, layer0)
+	pl, err := newPlan([]Limit{lim}, layer0, layer0)
 	if err != nil {
 		panic(err)
 	}
@@ -257,16 +266,16 @@ func sweepSettle(t *testing.T, l *Limiter, exact bool) {
 		var prevPeek time.Time // when prev's Peek was sent
 		for ui, used := range append([]int{math.MinInt, -1}, settleSweepUsed(lim, granted)...) {
 			key := fmt.Sprintf("sweep-%d-%d", li, ui)
-			taken, err := l.AllowN(ctx, key, lim, granted)
+			taken, err := l.Allow(ctx, granted, lim.For(key))
 			if err != nil || !taken.Allowed {
 				t.Fatalf("%s: AllowN(%d) = %+v, %v", lim, granted, taken, err)
 			}
-			_, err = l.Settle(ctx, key, lim, taken, used)
+			_, err = l.Settle(ctx, taken, used, lim.For(key))
 			if used < 0 {
 				if !errors.Is(err, ErrInvalidCost) {
 					t.Errorf("%s: Settle(used %d) = %v, want ErrInvalidCost", lim, used, err)
 				}
-				if p, err := l.Peek(ctx, key, lim); err != nil || exact && p.Remaining != taken.Remaining {
+				if p, err := l.Peek(ctx, lim.For(key)); err != nil || exact && p.Remaining != taken.Remaining {
 					t.Errorf("%s: after a refused Settle(used %d): %+v, %v; want Remaining %d", lim, used, p, err, taken.Remaining)
 				}
 				continue
@@ -276,7 +285,7 @@ func sweepSettle(t *testing.T, l *Limiter, exact bool) {
 				continue
 			}
 			peek := time.Now()
-			p, err := l.Peek(ctx, key, lim)
+			p, err := l.Peek(ctx, lim.For(key))
 			if err != nil {
 				t.Errorf("%s: Peek after Settle(used %d): %v", lim, used, err)
 				continue
@@ -297,8 +306,8 @@ func sweepSettle(t *testing.T, l *Limiter, exact bool) {
 	}
 }
 
-// Guards: the same for SettleLayers ("with its bounds on a debt, layer by
-// layer"), where one n reaches layers of different bounds: a bucket whose
+// Guards: the same for Settle under several Rules of one key (each with
+// its bounds on a debt), where one n reaches Rules of different bounds: a bucket whose
 // bound is above 2^40 beside a window, and the issue's daily bucket
 // beside a minute's.
 func TestSettleLayersSweep(t *testing.T) {
@@ -314,22 +323,19 @@ func TestSettleLayersSweep(t *testing.T) {
 		prev := make([]Result, len(limits))
 		for ui, used := range settleSweepUsed(limits[0], 10) {
 			key := fmt.Sprintf("layers-%d-%d", si, ui)
-			taken, err := l.AllowLayers(ctx, key, limits, 10)
-			if err != nil || !taken[0].Allowed {
-				t.Fatalf("set %d: AllowLayers = %+v, %v", si, taken, err)
+			rules := opsRules(key, limits)
+			taken, err := l.Allow(ctx, 10, rules...)
+			if err != nil || !taken.Allowed || !taken.Rules[0].Allowed {
+				t.Fatalf("set %d: Allow = %+v, %v", si, taken, err)
 			}
-			if _, err := l.SettleLayers(ctx, key, limits, taken, used); err != nil {
-				t.Errorf("set %d: SettleLayers(used %d): %v", si, used, err)
+			if _, err := l.Settle(ctx, taken, used, rules...); err != nil {
+				t.Errorf("set %d: Settle(used %d): %v", si, used, err)
 				continue
 			}
 			for i, lim := range limits {
-				ps, err := l.layered(ctx, key, limits, nil, 1, modePeek, func(x Limit) bool { return x == lim })
-				if err != nil {
-					t.Fatal(err)
-				}
-				p := ps[i]
+				p := opsPeekLayer(t, l, key, limits, i)
 				if ui > 0 && (p.RetryAfter < prev[i].RetryAfter || p.Remaining > prev[i].Remaining) {
-					t.Errorf("set %d layer %d (%s): after SettleLayers(used %d): %+v; after a smaller report: %+v", si, i, lim, used, p, prev[i])
+					t.Errorf("set %d rule %d (%s): after Settle(used %d): %+v; after a smaller report: %+v", si, i, lim, used, p, prev[i])
 				}
 				prev[i] = p
 			}

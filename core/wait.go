@@ -6,13 +6,13 @@ import (
 	"time"
 )
 
-// ErrWaitExceedsDeadline is wrapped by the error of a WaitN that gave up at
+// ErrWaitExceedsDeadline is wrapped by the error of a Wait that gave up at
 // once because the request could not proceed before its context's
 // deadline. It wraps context.DeadlineExceeded in turn, so errors.Is
 // matches both, and code written for the deadline keeps working, while
 // errors.Is(err, ErrWaitExceedsDeadline) tells this refusal from a Redis
 // slower than the Limiter's timeout (which matches
-// context.DeadlineExceeded only). WaitN returns it with the denying
+// context.DeadlineExceeded only). Wait returns it with the denying
 // Result, whose RetryAfter says how long the request would have had to
 // wait.
 var ErrWaitExceedsDeadline error = waitExceedsDeadline{}
@@ -26,16 +26,11 @@ func (waitExceedsDeadline) Error() string { return "core: wait would exceed the 
 
 func (waitExceedsDeadline) Unwrap() error { return context.DeadlineExceeded }
 
-// Wait is WaitN(ctx, key, limit, 1).
-func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (Result, error) {
-	return l.WaitN(ctx, key, limit, 1)
-}
-
-// WaitN blocks until a request of cost n is admitted (and, for LeakyBucket,
-// its Delay has passed), or ctx ends, for workers and outbound API clients
-// that must not exceed a shared limit, and returns the admitting Result
-// (the receipt Refund and Settle take). It sleeps for the RetryAfter Redis
-// returns instead of polling.
+// Wait blocks until a request of cost n is admitted under every Rule (and,
+// for LeakyBucket, its Delay has passed), or ctx ends, for workers and
+// outbound API clients that must not exceed a shared limit, and returns
+// the admitting Result (the receipt Refund and Settle take). It sleeps for
+// the RetryAfter Redis returns instead of polling.
 //
 // It gives up at once when ctx's deadline would pass before the request
 // could proceed, without taking anything: the error then matches
@@ -48,23 +43,35 @@ func (l *Limiter) Wait(ctx context.Context, key string, limit Limit) (Result, er
 // comes with a zero Result, except when ctx ends during a LeakyBucket
 // Delay: the units are taken by then, and the admitting Result is returned
 // with ctx's error, for Refund.
-func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Result, error) {
+func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (Result, error) {
+	queues := false
+	for _, r := range rules {
+		queues = queues || r.Limit.queues()
+	}
+	key := ""
+	if len(rules) > 0 {
+		key = rules[0].Key
+	}
 	for {
-		lim := limit
-		if dl, ok := ctx.Deadline(); ok && limit.queues() {
+		ask := rules
+		if dl, ok := ctx.Deadline(); ok && queues {
 			left := time.Until(dl)
 			// A queued request leaves once the queue ahead has drained, and
 			// waiting does not make that sooner than the deadline: give up
 			// now rather than take a place that cannot be used.
-			if p, err := l.one(ctx, key, limit, n, modePeek, Result{}); err == nil && p.Allowed && p.Delay > left {
+			if p, err := l.decideRules(ctx, n, modePeek, rules); err == nil && p.Allowed && p.Delay > left {
 				denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter}
 				return denied, tooLate(key, p.Delay, left)
 			}
-			if lim.MaxDelay == 0 || left < lim.MaxDelay {
-				lim.MaxDelay = max(left, time.Microsecond)
+			ask = make([]Rule, len(rules))
+			for i, r := range rules {
+				if r.Limit.queues() && (r.Limit.MaxDelay == 0 || left < r.Limit.MaxDelay) {
+					r.Limit.MaxDelay = max(left, time.Microsecond)
+				}
+				ask[i] = r
 			}
 		}
-		r, err := l.AllowN(ctx, key, lim, n)
+		r, err := l.Allow(ctx, n, ask...)
 		if err != nil {
 			return Result{}, err
 		}
@@ -75,7 +82,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, limit Limit, n int) (Re
 		if wait > 0 {
 			if dl, ok := ctx.Deadline(); ok && !r.Allowed {
 				if left := time.Until(dl); left < wait {
-					if limit.queues() {
+					if queues {
 						// Admitted later, the request would still leave
 						// only once the queue ahead has drained, which is
 						// what ResetAfter measures for a denial; the

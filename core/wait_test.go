@@ -24,7 +24,7 @@ func TestWaitAllowedReturnsAtOnce(t *testing.T) {
 	limit := PerHour(5)
 	start := time.Now()
 	for i := range 5 {
-		if _, err := l.Wait(ctx, "k", limit); err != nil {
+		if _, err := l.Wait(ctx, 1, limit.For("k")); err != nil {
 			t.Fatalf("Wait %d: %v", i+1, err)
 		}
 	}
@@ -32,7 +32,7 @@ func TestWaitAllowedReturnsAtOnce(t *testing.T) {
 	if got, want := time.Since(start), 5*time.Second; got >= want {
 		t.Errorf("5 admitted Waits took %v, want < %v", got, want)
 	}
-	if r, err := l.Peek(ctx, "k", limit); err != nil || r.Remaining != 0 {
+	if r, err := l.Peek(ctx, limit.For("k")); err != nil || r.Remaining != 0 {
 		t.Errorf("Peek after 5 Waits = %+v, %v; want Remaining 0", r, err)
 	}
 }
@@ -50,7 +50,7 @@ func TestWaitSleepsRetryAfter(t *testing.T) {
 			l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			limit := Limit{Rate: 1, Period: 200 * time.Millisecond}
 			start := time.Now()
-			if _, err := l.Wait(ctx, "k", limit); err != nil {
+			if _, err := l.Wait(ctx, 1, limit.For("k")); err != nil {
 				t.Fatal(err)
 			}
 			// A wrong sleep would be a whole 200ms RetryAfter.
@@ -59,7 +59,7 @@ func TestWaitSleepsRetryAfter(t *testing.T) {
 			}
 			before := count.cmds.Load()
 			start = time.Now()
-			if _, err := l.Wait(ctx, "k", limit); err != nil {
+			if _, err := l.Wait(ctx, 1, limit.For("k")); err != nil {
 				t.Fatal(err)
 			}
 			waited := time.Since(start)
@@ -85,7 +85,7 @@ func TestWaitCanceledMidWait(t *testing.T) {
 			rdb := be.open(t)
 			l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 			limit := PerHour(1)
-			if _, err := l.Wait(context.Background(), "k", limit); err != nil {
+			if _, err := l.Wait(context.Background(), 1, limit.For("k")); err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithCancel(context.Background())
@@ -95,7 +95,7 @@ func TestWaitCanceledMidWait(t *testing.T) {
 				canceled <- time.Now()
 				cancel()
 			})
-			_, err := l.Wait(ctx, "k", limit)
+			_, err := l.Wait(ctx, 1, limit.For("k"))
 			returned := time.Now()
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("Wait = %v, want context.Canceled", err)
@@ -128,13 +128,13 @@ func TestWaitDeadlineNearerThanRetryAfter(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
-					if _, err := l.Wait(context.Background(), "worker", tt.limit); err != nil {
+					if _, err := l.Wait(context.Background(), 1, tt.limit.For("worker")); err != nil {
 						t.Fatal(err)
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
 					defer cancel()
 					start := time.Now()
-					r, err := l.Wait(ctx, "worker", tt.limit)
+					r, err := l.Wait(ctx, 1, tt.limit.For("worker"))
 					if got := time.Since(start); got >= 100*time.Millisecond {
 						t.Errorf("Wait took %v, want it to give up at once", got)
 					}
@@ -182,7 +182,7 @@ func TestWaitLeakyBucketDeadline(t *testing.T) {
 			for _, tt := range tests {
 				t.Run(tt.name, func(t *testing.T) {
 					l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
-					r, err := l.AllowN(context.Background(), "q", limit, 4)
+					r, err := l.Allow(context.Background(), 4, limit.For("q"))
 					if err != nil || !r.Allowed {
 						t.Fatalf("queueing 4: %+v, %v", r, err)
 					}
@@ -190,7 +190,7 @@ func TestWaitLeakyBucketDeadline(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), tt.deadline)
 					defer cancel()
 					start := time.Now()
-					_, err = l.Wait(ctx, "q", limit)
+					_, err = l.Wait(ctx, 1, limit.For("q"))
 					waited := time.Since(start)
 					if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 						t.Errorf("Wait = %v, want %v", err, tt.wantErr)
@@ -226,7 +226,7 @@ func TestWaitInvalid(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if _, err := l.WaitN(ctx, tt.key, tt.limit, tt.n); !errors.Is(err, tt.wantErr) {
+			if _, err := l.Wait(ctx, tt.n, tt.limit.For(tt.key)); !errors.Is(err, tt.wantErr) {
 				t.Errorf("WaitN = %v, want %v", err, tt.wantErr)
 			}
 		})
@@ -264,16 +264,16 @@ func TestWaitExceedsDeadlineSentinel(t *testing.T) {
 			// Epoch is 03:04:05: the fixed window of a minute ends in 55s.
 			mr.SetTime(redistest.Epoch)
 			l := opsNew(t, rdb, opsPatient)
-			if r, err := l.AllowN(context.Background(), "worker", tt.limit, tt.queued); err != nil || !r.Allowed {
+			if r, err := l.Allow(context.Background(), tt.queued, tt.limit.For("worker")); err != nil || !r.Allowed {
 				t.Fatalf("taking %d: %+v, %v", tt.queued, r, err)
 			}
-			before, err := l.Peek(context.Background(), "worker", tt.limit)
+			before, err := l.Peek(context.Background(), tt.limit.For("worker"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
-			r, err := l.Wait(ctx, "worker", tt.limit)
+			r, err := l.Wait(ctx, 1, tt.limit.For("worker"))
 			if !errors.Is(err, ErrWaitExceedsDeadline) {
 				t.Fatalf("Wait = %v, want an error matching ErrWaitExceedsDeadline", err)
 			}
@@ -287,7 +287,7 @@ func TestWaitExceedsDeadlineSentinel(t *testing.T) {
 			if got, want := r, (Result{RetryAfter: tt.wantRetry}); got.Allowed || got.Granted != 0 || got.RetryAfter != want.RetryAfter {
 				t.Errorf("Wait's Result = %+v, want a denial with RetryAfter %v", got, want.RetryAfter)
 			}
-			if after, err := l.Peek(context.Background(), "worker", tt.limit); err != nil || after != before {
+			if after, err := l.Peek(context.Background(), tt.limit.For("worker")); err != nil || !opsSame(after, before) {
 				t.Errorf("Peek after the refusal = %+v, %v; before it %+v: the Wait took something", after, err, before)
 			}
 		})
@@ -306,14 +306,14 @@ func TestWaitRedisTimeoutIsNotTheSentinel(t *testing.T) {
 	l := opsNew(t, rdb, WithTimeout(20*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	r, err := l.Wait(ctx, "worker", PerSecond(1))
+	r, err := l.Wait(ctx, 1, PerSecond(1).For("worker"))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait on a stalled Redis = %v, want context.DeadlineExceeded", err)
 	}
 	if errors.Is(err, ErrWaitExceedsDeadline) {
 		t.Errorf("Wait on a stalled Redis = %v, which matches ErrWaitExceedsDeadline", err)
 	}
-	if r != (Result{}) {
+	if !opsSame(r, Result{}) {
 		t.Errorf("Wait on a stalled Redis returned %+v, want the zero Result", r)
 	}
 }

@@ -118,7 +118,7 @@ func TestErrorsReportedAlike(t *testing.T) {
 		for _, fail := range []httplimit.FailPolicy{httplimit.FailOpen, httplimit.FailClosed} {
 			t.Run(f.name+"/"+fail.String(), func(t *testing.T) {
 				l := f.limiter(t)
-				_, err := l.AllowN(context.Background(), f.key, f.limit, f.cost)
+				_, err := l.Allow(context.Background(), f.cost, f.limit.For(f.key))
 				if !errors.Is(err, f.is) || errors.Is(err, core.ErrUnavailable) != f.fault {
 					t.Errorf("core: %v; want it to match %v, and core.ErrUnavailable: %v", err, f.is, f.fault)
 				}

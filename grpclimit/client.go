@@ -17,7 +17,7 @@ import (
 // UnaryClientInterceptor returns a client interceptor that keeps the
 // unary calls of every process sharing l's Redis within one quota of an
 // upstream (a partner API's 100 calls per second for the whole fleet): each
-// call first waits with l.WaitN(ctx, key, limit, 1), sleeping for the
+// call first waits with l.Wait(ctx, 1, limit.For(key)), sleeping for the
 // RetryAfter Redis returns, and is made once admitted.
 //
 // A call is never made without a unit of the quota. One whose wait would
@@ -48,7 +48,7 @@ func UnaryClientInterceptor(l *core.Limiter, key string, limit core.Limit) grpc.
 		panic("grpclimit: UnaryClientInterceptor: " + err.Error())
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if r, err := l.WaitN(ctx, key, limit, 1); err != nil {
+		if r, err := l.Wait(ctx, 1, limit.For(key)); err != nil {
 			return waitStatus(ctx, r, err).Err()
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
@@ -59,7 +59,7 @@ func UnaryClientInterceptor(l *core.Limiter, key string, limit core.Limit) grpc.
 func waitStatus(ctx context.Context, r core.Result, err error) *status.Status {
 	switch {
 	case errors.Is(err, core.ErrWaitExceedsDeadline):
-		// Checked first: a deadline that has passed since WaitN gave up
+		// Checked first: a deadline that has passed since Wait gave up
 		// does not make the refusal a timeout.
 		st := status.New(codes.ResourceExhausted, "grpclimit: "+err.Error())
 		delay := durationpb.New(max(r.RetryAfter, time.Microsecond))

@@ -58,7 +58,7 @@ func TestClientWaitTooLongForDeadline(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newMini(t, timeout)
-			if r, err := b.limiter.AllowN(context.Background(), "upstream", tt.limit, tt.taken); err != nil || !r.Allowed {
+			if r, err := b.limiter.Allow(context.Background(), tt.taken, tt.limit.For("upstream")); err != nil || !r.Allowed {
 				t.Fatalf("taking %d: %+v, %v", tt.taken, r, err)
 			}
 			c, served := countedClient(t, b.limiter, "upstream", tt.limit)

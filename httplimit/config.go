@@ -39,18 +39,17 @@ type Config struct {
 	// Layers are further limits on the same key, decided atomically with
 	// Limit in one round trip (Limit 10 per second, Layers 1000 per hour):
 	// a request is admitted only if all admit, and takes from all. At most
-	// 7 (6 with InFlight). The X-RateLimit headers report the strictest;
-	// the IETF fields list every layer. Default: none.
+	// 7 with Scopes and InFlight. The X-RateLimit headers report the
+	// strictest; the IETF fields list every layer. Default: none.
 	Layers []core.Limit
 
-	// Global, if set, is a ceiling shared by all keys (5000 per second for
-	// the whole API). It is decided after the key's layers admit, as a
-	// second round trip on its own key: on a Redis Cluster one key for
-	// everyone lives on one shard, so checking it only for requests the
-	// key's layers admitted keeps that shard's load to the admitted rate.
-	// A request the Global denies has still used its key's quota (its
-	// InFlight permit is given back at once). Default: none.
-	Global *core.Limit
+	// Scopes are further keys a request counts against, beside its own:
+	// its team, its organisation, the whole API. The request is decided
+	// under its key's Limit, Layers and InFlight permit and every Scope's
+	// Limit at once, all or nothing (see core.Rule): admitted only if all
+	// admit, and then counted in all; refused, counted in none. At most 8
+	// Limits in all (the Limit, Layers, Scopes and InFlight). Default: none.
+	Scopes []Scope
 
 	// InFlight, if above 0, is how many requests of a key may be in flight
 	// at once across every instance that shares the Redis: a request takes
@@ -151,6 +150,34 @@ type Config struct {
 	Observer Observer
 }
 
+// Scope is a further key a request counts against (Config.Scopes).
+type Scope struct {
+	// Name names the Scope in the IETF fields (a member "<policy>-<name>"),
+	// in Decision.RefusedBy and in the metrics: letters, digits, '-' and
+	// '_', at most 32, unique in the Policy ("org", "global"). Required.
+	Name string
+	// Key chooses the Scope's key for a request, as Config.Key does for
+	// the request's own: an organisation's ID, say. A request it cannot
+	// key is refused (or served) as one Config.Key cannot key. Its keys
+	// are the Scope's own: "acme" of the Scope "org" never meets "acme" of
+	// another Scope or of Config.Key. nil: one key for every request, a
+	// ceiling on the whole Policy.
+	//
+	// On a Redis Cluster, the request is decided atomically only when
+	// every key shares a hash tag: a Key that returns "{acme}" for the
+	// organisation, with Config.Key returning "{acme}:user:42" for its
+	// users (the part between '{' and '}' chooses the slot). Otherwise the
+	// keys are decided slot by slot, the request's own first, and a Scope
+	// that refuses has the units the others took given back: never more
+	// than a Limit admits, but each slot is a round trip. A ceiling on the
+	// whole Policy lives on one shard, which then sees only the requests
+	// the other keys admitted.
+	Key KeyFunc
+	// Limit is the Scope's: core.PerSecond(5000) for the whole API, say.
+	// Required.
+	Limit core.Limit
+}
+
 // CountFailed is a Config.CountIf that counts the requests that failed
 // (status 400 and above): failed logins, say.
 func CountFailed(status int) bool { return status >= 400 }
@@ -216,8 +243,8 @@ func New(cfg Config) (*Policy, error) {
 	if err := p.limit.Validate(); err != nil {
 		return nil, fmt.Errorf("httplimit: Config.Limit: %w", err)
 	}
-	if most := 7 - min(1, max(0, cfg.InFlight)); len(cfg.Layers) > most {
-		return nil, fmt.Errorf("httplimit: Config.Layers: at most %d, got %d", most, len(cfg.Layers))
+	if most := 7 - min(1, max(0, cfg.InFlight)) - len(cfg.Scopes); len(cfg.Layers) > most {
+		return nil, fmt.Errorf("httplimit: Config.Layers and Config.Scopes: at most %d Limits beside Config.Limit and InFlight, got %d", 7-min(1, max(0, cfg.InFlight)), len(cfg.Layers)+len(cfg.Scopes))
 	}
 	for i, l := range cfg.Layers {
 		if err := l.Validate(); err != nil {
@@ -225,12 +252,8 @@ func New(cfg Config) (*Policy, error) {
 		}
 		p.layers = append(p.layers, p.capWait(l))
 	}
-	if cfg.Global != nil {
-		if err := cfg.Global.Validate(); err != nil {
-			return nil, fmt.Errorf("httplimit: Config.Global: %w", err)
-		}
-		g := p.capWait(*cfg.Global)
-		p.global = &g
+	if err := p.scopesOf(cfg.Scopes); err != nil {
+		return nil, err
 	}
 	switch {
 	case cfg.InFlight < 0:
@@ -283,10 +306,42 @@ func New(cfg Config) (*Policy, error) {
 		}
 		return r
 	}, p.name))
-	p.globalKey = p.name + "|global"
 	p.noRoute = new(atomic.Bool)
 	p.losses = new(lossLog)
 	return p, nil
+}
+
+// scopesOf checks the Scopes and compiles them into p.
+func (p *Policy) scopesOf(scopes []Scope) error {
+	for i, sc := range scopes {
+		switch {
+		case !validScopeName(sc.Name):
+			return fmt.Errorf("httplimit: Config.Scopes[%d].Name %q: want 1 to 32 letters, digits, '-' or '_'", i, sc.Name)
+		case slices.ContainsFunc(scopes[:i], func(o Scope) bool { return o.Name == sc.Name }):
+			return fmt.Errorf("httplimit: Config.Scopes[%d].Name %q is used twice", i, sc.Name)
+		}
+		if err := sc.Limit.Validate(); err != nil {
+			return fmt.Errorf("httplimit: Config.Scopes[%d] (%s).Limit: %w", i, sc.Name, err)
+		}
+		sc.Limit = p.capWait(sc.Limit)
+		p.scopes = append(p.scopes, sc)
+	}
+	return nil
+}
+
+// validScopeName reports whether name is fit for a header member's name
+// and a metric label, and cannot be taken for a layer's ("1") or the
+// permit's.
+func validScopeName(name string) bool {
+	if name == "" || len(name) > 32 || name == "inflight" || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // defaultKey is the client IP: the peer's address, IPv6 by /64.

@@ -75,7 +75,9 @@ func TestCountIfBankingAttack(t *testing.T) {
 	}{
 		{"alone", func(*Config) {}},
 		{"with a layer", func(c *Config) { c.Layers = []core.Limit{{Algorithm: core.FixedWindow, Rate: 1000, Period: time.Hour}} }},
-		{"with a global", func(c *Config) { c.Global = &core.Limit{Algorithm: core.SlidingWindow, Rate: 1000, Period: time.Hour} }},
+		{"with a global", func(c *Config) {
+			c.Scopes = []Scope{{Name: "global", Limit: core.Limit{Algorithm: core.SlidingWindow, Rate: 1000, Period: time.Hour}}}
+		}},
 	}
 	for _, limit := range limits {
 		for _, cfg := range configs {

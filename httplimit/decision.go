@@ -78,9 +78,9 @@ type Decision struct {
 	// data: log it where that is allowed, never use it as a metric label
 	// (the keys are unbounded, and so would the series be).
 	Key string
-	// Result is the Limiter's answer to report: the strictest rate layer's,
-	// the InFlight permit's refusal, or the Global's denial (zero when
-	// there was none).
+	// Result is the Limiter's answer to report: the strictest rate
+	// limit's (the refusing one's, when one refuses), or the InFlight
+	// permit's refusal (zero when there was none).
 	Result core.Result
 	// Limit is the Limit the key was decided under: Config.Limit, or the
 	// one LimitFunc chose.
@@ -92,30 +92,29 @@ type Decision struct {
 	Latency time.Duration
 	// RefusedBy names the limit that refused the request when Outcome is
 	// OutcomeDenied or OutcomeInFlight, a dry run's too: "0" for the Limit,
-	// "1", "2", ... for Config.Layers in order, "inflight" for the InFlight
-	// permit, "global" for the Global; "" for any other outcome. They are
+	// "1", "2", ... for Config.Layers in order, a Scope's Name, "inflight"
+	// for the InFlight permit; "" for any other outcome. They are
 	// the suffixes of the IETF members ("http-1" is layer 1) and the values
 	// of the metrics' refused_by label: a fixed set per Policy, never the
 	// key. When several refuse, it is the one Result reports.
 	RefusedBy string
 
-	policy      *Policy
-	ctx         context.Context
-	now         time.Time
-	key         string // as sent to the Limiter ("<name>:<key>")
-	cost        int
-	capacity    int           // of the layer Result reports
-	layers      []layerResult // the Limit, Config.Layers, the InFlight permit
-	global      layerResult
-	askedGlobal bool
-	took        bool // the key's layers took cost
-	tookGlobal  bool
-	reported    *atomic.Int64 // the cost a handler reported (Config.Settle), -1: none
-	inHandler   bool          // decided by DecideN, which takes no InFlight permit
-	renewal     *renewal      // keeps the InFlight permit while the handler runs
+	policy    *Policy
+	ctx       context.Context
+	now       time.Time
+	key       string // as sent to the Limiter ("<name>:<key>")
+	cost      int
+	capacity  int           // of the layer Result reports
+	rules     []core.Rule   // the request's (see Policy.rules)
+	layers    []layerResult // one per rule
+	taken     core.Result   // the Limiter's, the receipt of every rule
+	took      bool          // every rule took cost
+	reported  *atomic.Int64 // the cost a handler reported (Config.Settle), -1: none
+	inHandler bool          // decided by DecideN, which takes no InFlight permit
+	renewal   *renewal      // keeps the InFlight permit while the handler runs
 }
 
-// layerResult is one layer's answer, with the Limit it was decided under.
+// layerResult is one rule's answer, with the Limit it was decided under.
 type layerResult struct {
 	core.Result
 	limit core.Limit
@@ -134,9 +133,9 @@ func (d *Decision) RedisFault() bool {
 // NearLimit reports whether an admitted request left at most a fifth of
 // the capacity of the layer Result reports (Remaining 2 of 10 is near, 3
 // is not), as envoy's ratelimit counts near_limit: what operators alert on
-// before clients see 429s. The InFlight permit and the Global never count,
-// nor does a decision of the local fallback, whose Remaining is this
-// instance's share.
+// before clients see 429s. The InFlight permit never counts, nor does a
+// decision of the local fallback, whose Remaining is this instance's
+// share.
 func (d *Decision) NearLimit() bool {
 	capacity := int64(d.capacity)
 	if capacity == 0 {
@@ -185,25 +184,25 @@ func (d *Decision) strictest() (core.Result, int, string) {
 			// for the X-RateLimit headers and the permit's wait.
 			best.Allowed, best.Granted, best.Delay = false, 0, 0
 			best.RetryAfter = d.layers[n-1].RetryAfter
-			return best.Result, best.limit.Capacity(), layerName(n-1, d.layers[n-1])
+			return best.Result, best.limit.Capacity(), d.layerName(n - 1)
 		}
 		best.Delay = delay
 		return best.Result, best.limit.Capacity(), ""
 	}
-	return best.Result, best.limit.Capacity(), layerName(bestAt, best)
+	return best.Result, best.limit.Capacity(), d.layerName(bestAt)
 }
 
-// layerName is what RefusedBy and the IETF members call the layer r at
-// index i of a Decision's layers.
-func layerName(i int, r layerResult) string {
-	if r.inflight() {
+// layerName is what RefusedBy and the IETF members call d's rule i: "0"
+// the Limit, "1".. the Layers, then the Scopes' names, "inflight".
+func (d *Decision) layerName(i int) string {
+	if d.layers[i].inflight() {
 		return "inflight"
+	}
+	if s := i - 1 - len(d.policy.layers); s >= 0 && s < len(d.policy.scopes) {
+		return d.policy.scopes[s].Name
 	}
 	return strconv.Itoa(i)
 }
-
-// globalName is what RefusedBy and the IETF members call the Global.
-const globalName = "global"
 
 // inflightDenied reports that the InFlight permit, and no rate layer,
 // refused the request.
@@ -327,22 +326,12 @@ func (d *Decision) Body() []byte {
 // and serves the handler with Attach's context.
 func (d *Decision) WantsFinish() bool {
 	p := d.policy
-	return p != nil && (p.countIf != nil || d.holdsPermit() || p.settle) && (d.took || d.tookGlobal) && d.Proceed()
+	return p != nil && (p.countIf != nil || d.holdsPermit() || p.settle) && d.took && d.Proceed()
 }
 
 // holdsPermit reports that d's layers end in an InFlight permit: the
 // Policy has one, and d was decided for a whole request, not by DecideN.
 func (d *Decision) holdsPermit() bool { return d.policy.inflight.Rate > 0 && !d.inHandler }
-
-// limits are the Limits d was decided under, the InFlight permit included
-// when d holds one.
-func (d *Decision) limits() []core.Limit {
-	limits := d.policy.limits(d.Limit)
-	if d.policy.inflight.Rate > 0 && d.inHandler {
-		limits = limits[:len(limits)-1]
-	}
-	return limits
-}
 
 // Context is the context of the request decided, for an Observer that
 // records the decision in the request's trace; context.Background() for
@@ -410,43 +399,31 @@ func (d *Decision) Finish(status int) {
 	if d.reported != nil {
 		used = d.reported.Load()
 	}
-	if d.took {
-		limits := d.limits()
-		taken := make([]core.Result, len(d.layers))
-		for i, r := range d.layers {
-			taken[i] = r.Result
-		}
-		switch {
-		case refund && len(limits) == 1:
-			_ = p.limiter.Refund(ctx, d.key, limits[0], taken[0])
-		case refund:
-			_ = p.limiter.RefundLayers(ctx, d.key, limits, taken)
-		default:
-			if used >= 0 && len(limits) == 1 {
-				_, _ = p.limiter.Settle(ctx, d.key, limits[0], taken[0], int(used))
-			} else if used >= 0 {
-				_, _ = p.limiter.SettleLayers(ctx, d.key, limits, taken, int(used))
-			}
-			if d.holdsPermit() {
-				d.givePermitBack(ctx)
-			}
-		}
+	if !d.took {
+		return
 	}
-	if d.tookGlobal {
-		switch {
-		case refund:
-			_ = p.limiter.Refund(ctx, p.globalKey, *p.global, d.global.Result)
-		case used >= 0:
-			_, _ = p.limiter.Settle(ctx, p.globalKey, *p.global, d.global.Result, int(used))
+	switch {
+	case refund:
+		_ = p.limiter.Refund(ctx, d.taken, d.rules...)
+	default:
+		if used >= 0 {
+			_, _ = p.limiter.Settle(ctx, d.taken, int(used), d.rules...)
+		}
+		if d.holdsPermit() {
+			d.givePermitBack(ctx)
 		}
 	}
 }
 
-// givePermitBack gives back the InFlight permit the key's layers took
-// (RefundLayers of the permit's layer alone).
+// permit is d's receipt of its InFlight permit alone: what a Refund or a
+// Renew of d's rules gives back or keeps.
+func (d *Decision) permit() core.Result {
+	parts := make([]core.Result, len(d.layers))
+	parts[len(parts)-1] = d.layers[len(d.layers)-1].Result
+	return core.Result{Rules: parts}
+}
+
+// givePermitBack gives back the InFlight permit d's rules took.
 func (d *Decision) givePermitBack(ctx context.Context) {
-	limits := d.limits()
-	permit := make([]core.Result, len(limits))
-	permit[len(permit)-1] = d.layers[len(d.layers)-1].Result
-	_ = d.policy.limiter.RefundLayers(ctx, d.key, limits, permit)
+	_ = d.policy.limiter.Refund(ctx, d.permit(), d.rules...)
 }

@@ -183,3 +183,50 @@ func (t *exampleT) cleanup() {
 		t.cleanups[i]()
 	}
 }
+
+// A user, their organisation and the whole API on one route: each request
+// counts against all three, or, refused by one, against none (cat's
+// refused request leaves cat 3 and everyone 996). The X-Org header keys
+// the organisation; the IETF fields list each limit, and RefusedBy (and
+// the metrics) name the one that refused.
+func ExampleConfig_scopes() {
+	redis, done := exampleRedis()
+	defer done()
+
+	policy, err := httplimit.New(httplimit.Config{
+		Limiter: redis.NewLimiter(),
+		Name:    "api",
+		Key:     httplimit.KeyByHeader("X-User"),
+		Limit:   core.PerMinute(3), // each user
+		Scopes: []httplimit.Scope{
+			{Name: "org", Key: httplimit.KeyByHeader("X-Org"), Limit: core.PerMinute(4)}, // each organisation
+			{Name: "global", Limit: core.PerMinute(1000)},                                // everyone together
+		},
+		Headers: httplimit.Headers{httplimit.IETF{}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	api := nethttplimit.New(policy)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	call := func(user, org string) {
+		req := httptest.NewRequest("GET", "/", nil)
+		req.Header.Set("X-User", user)
+		req.Header.Set("X-Org", org)
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, req)
+		fmt.Println(user, org, rec.Code, rec.Header().Get("RateLimit"))
+	}
+	call("ann", "acme")
+	call("ann", "acme")
+	call("bob", "acme")
+	call("bob", "acme") // acme's 4th: the organisation's last unit
+	call("cat", "acme") // refused by acme, counted nowhere
+	call("cat", "initech")
+	// Output:
+	// ann acme 200 "api-0";r=2;t=20, "api-org";r=3;t=15, "api-global";r=999;t=1
+	// ann acme 200 "api-0";r=1;t=40, "api-org";r=2;t=30, "api-global";r=998;t=1
+	// bob acme 200 "api-0";r=2;t=20, "api-org";r=1;t=45, "api-global";r=997;t=1
+	// bob acme 200 "api-0";r=1;t=40, "api-org";r=0;t=60, "api-global";r=996;t=1
+	// cat acme 429 "api-0";r=3;t=0, "api-org";r=0;t=15, "api-global";r=996;t=1
+	// cat initech 200 "api-0";r=2;t=20, "api-org";r=3;t=15, "api-global";r=995;t=1
+}

@@ -198,7 +198,7 @@ func settled(t *testing.T, p *Policy, ip string, status int, report func(ctx con
 // left is what key has left under limit, read without taking anything.
 func left(t *testing.T, l *core.Limiter, key string, limit core.Limit) int {
 	t.Helper()
-	r, err := l.Peek(context.Background(), key, limit)
+	r, err := l.Peek(context.Background(), limit.For(key))
 	if err != nil {
 		t.Fatalf("Peek %s: %v", key, err)
 	}
@@ -304,7 +304,7 @@ func TestCountIfWithSettle(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, l := mini(t)
-			p := mustNew(t, Config{Limiter: l, Limit: limit, Global: &global, Cost: func(Request) int { return 500 },
+			p := mustNew(t, Config{Limiter: l, Limit: limit, Scopes: []Scope{{Name: "global", Limit: global}}, Cost: func(Request) int { return 500 },
 				Settle: true, CountIf: CountFailed})
 			settled(t, p, "192.0.2.1", tt.status, func(ctx context.Context) {
 				if tt.report >= 0 && !ReportCost(ctx, p, tt.report) {
@@ -346,7 +346,7 @@ func TestGlobalSettledLikeTheKey(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				_, _, l := mini(t)
-				cfg := Config{Limiter: l, Limit: limit, Global: &global, Cost: func(Request) int { return 500 }, Settle: true}
+				cfg := Config{Limiter: l, Limit: limit, Scopes: []Scope{{Name: "global", Limit: global}}, Cost: func(Request) int { return 500 }, Settle: true}
 				if layered {
 					cfg.Layers = []core.Limit{layer}
 				}
@@ -364,9 +364,10 @@ func TestGlobalSettledLikeTheKey(t *testing.T) {
 				}
 				if layered {
 					// Layer 1 keeps its own state: read it as AllowLayers does.
-					rs, err := l.AllowLayers(context.Background(), "http:ip:192.0.2.1", []core.Limit{limit, layer}, 1)
+					res, err := l.Allow(context.Background(), 1, limit.For("http:ip:192.0.2.1"), layer.For("http:ip:192.0.2.1"))
+					rs := res.Rules
 					if err != nil || len(rs) != 2 {
-						t.Fatalf("AllowLayers: %v, %v", rs, err)
+						t.Fatalf("Allow of two rules: %v, %v", rs, err)
 					}
 					if got, want := rs[1].Remaining+1, layer.Rate-tt.used; got != want {
 						t.Errorf("the key's layer had %d left, want %d", got, want)
@@ -442,7 +443,7 @@ func TestIETFCalendarWindowLength(t *testing.T) {
 func TestInFlightPermitBackWhenGlobalRefuses(t *testing.T) {
 	mr, _, l := mini(t)
 	global := core.Limit{Algorithm: core.FixedWindow, Rate: 1, Period: time.Minute}
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), Global: &global, InFlight: 1, InFlightLease: time.Hour})
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), Scopes: []Scope{{Name: "global", Limit: global}}, InFlight: 1, InFlightLease: time.Hour})
 	first := p.Decide(from("192.0.2.1"))
 	if first.Outcome != OutcomeAllowed {
 		t.Fatalf("first request: %v (err %v)", first.Outcome, first.Err)

@@ -126,17 +126,16 @@ func (IETF) WriteHeaders(h HeaderWriter, d *Decision) {
 			state = strconv.AppendInt(append(state, ";t="...), untilWhole(r, q), 10)
 		}
 	}
-	single := len(d.layers) == 1 && !d.askedGlobal
 	for i, r := range d.layers {
 		switch {
-		case single:
+		case len(d.layers) == 1:
 			member("", r)
+		case !r.Allowed && r.RetryAfter <= 0:
+			// Not asked: a key in another Cluster slot, after one that
+			// refused (see core.Result.Rules).
 		default:
-			member("-"+layerName(i, r), r)
+			member("-"+d.layerName(i), r)
 		}
-	}
-	if d.askedGlobal {
-		member("-"+globalName, d.global)
 	}
 	// Canonical forms of RateLimit-Policy and RateLimit (see XRateLimit).
 	appendField(h, "Ratelimit-Policy", pol)

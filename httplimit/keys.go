@@ -53,7 +53,7 @@ func KeyByHeader(name string) KeyFunc {
 	return func(r Request) (string, error) {
 		if lines := r.Header(name); len(lines) > 0 {
 			if v := strings.Trim(lines[0], " \t"); v != "" {
-				return prefix + v, nil
+				return prefix + noHashTag(v), nil
 			}
 		}
 		return "", fmt.Errorf("httplimit: request has no %s header", name)
@@ -122,8 +122,23 @@ func KeyByRoute() KeyFunc {
 		if route == "" {
 			return "", ErrNoRoute
 		}
-		return "route:" + route, nil
+		return "route:" + noHashTag(route), nil
 	}
+}
+
+// noTag escapes '%', '{' and '}' (so that the escaping stays one to one)
+// in what a key function reads from a request: a client's header, or a
+// route pattern such as net/http's "/items/{id}", would otherwise be a
+// Redis Cluster hash tag (see core.Rule), putting every key that holds it
+// in one slot. A key function of the application's own may return a tag
+// on purpose: "{acme}:user:42" beside a Scope keyed "{acme}".
+var noTag = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
+
+func noHashTag(s string) string {
+	if !strings.ContainsAny(s, "{}%") {
+		return s
+	}
+	return noTag.Replace(s)
 }
 
 var (

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/redlimit/redlimit/core"
@@ -84,5 +85,32 @@ func TestHeaderNamesCanonical(t *testing.T) {
 	}))
 	if n != 5 {
 		t.Errorf("%d headers written, want 5", n)
+	}
+}
+
+// TestRequestKeysChooseNoSlot backs noTag: what a key function reads from
+// a request (a header a client sends, a route pattern with "{id}") keeps
+// no brace, so it cannot choose the Redis Cluster slot (a client sending
+// "{victim}" would share the victim's slot; every "/items/{id}" route key
+// would land in the slot of "id"), and stays one to one.
+func TestRequestKeysChooseNoSlot(t *testing.T) {
+	byHeader := KeyByHeader("X-Api-Key")
+	seen := map[string]string{}
+	for _, v := range []string{"{victim}", "%7Bvictim%7D", "%257Bvictim%257D", "victim", "a}{b", "{}"} {
+		k, err := byHeader(keyRequest{header: []string{v}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.ContainsAny(k, "{}") {
+			t.Errorf("header %q: key %q holds a brace", v, k)
+		}
+		if prev, ok := seen[k]; ok {
+			t.Errorf("headers %q and %q share the key %q", prev, v, k)
+		}
+		seen[k] = v
+	}
+	k, err := KeyByRoute()(keyRequest{route: "GET /items/{id}"})
+	if err != nil || strings.ContainsAny(k, "{}") {
+		t.Errorf("route key %q, %v: want no brace", k, err)
 	}
 }

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -18,11 +19,10 @@ type Policy struct {
 	limit        core.Limit
 	limitFunc    func(Request, string) (core.Limit, bool)
 	layers       []core.Limit // Config.Layers, MaxWait applied
-	global       *core.Limit  // MaxWait applied
+	scopes       []Scope      // MaxWait applied
 	inflight     core.Limit   // zero without Config.InFlight
 	name         string
 	quotedName   string // the IETF policy name, a structured-field string
-	globalKey    string
 	key          KeyFunc
 	serveUnkeyed bool
 	cost         func(Request) int
@@ -79,15 +79,7 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 		// Never one shared bucket for every request that has no key.
 		err = errEmptyKey
 	}
-	if err != nil {
-		d.Err, d.Outcome = err, OutcomeNoKey
-		if errors.Is(err, ErrNoRoute) && p.noRoute.CompareAndSwap(false, true) {
-			if log := p.limiter.Logger(); log != nil {
-				log.Warn("redlimit: KeyByRoute found no route: the middleware runs before routing, so every request is refused as unkeyable",
-					"policy", p.name, "fix", "mount it on the routes (chi: r.With(mw), r.Group; net/http: wrap each handler)")
-			}
-		}
-	} else {
+	if err == nil {
 		d.Key, d.key = key, p.name+":"+key
 		d.cost = n
 		if n == 0 {
@@ -101,6 +93,17 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 				d.Limit = l
 			}
 		}
+		d.rules, err = p.rules(r, d.key, d.Limit, inHandler)
+	}
+	if err != nil {
+		d.Err, d.Outcome = err, OutcomeNoKey
+		if errors.Is(err, ErrNoRoute) && p.noRoute.CompareAndSwap(false, true) {
+			if log := p.limiter.Logger(); log != nil {
+				log.Warn("redlimit: KeyByRoute found no route: the middleware runs before routing, so every request is refused as unkeyable",
+					"policy", p.name, "fix", "mount it on the routes (chi: r.With(mw), r.Group; net/http: wrap each handler)")
+			}
+		}
+	} else {
 		err = p.decide(&d)
 		switch {
 		case err != nil && d.ctx.Err() != nil:
@@ -133,10 +136,9 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 		d.renewal = newRenewal(&d, start)
 	}
 	if d.took && d.holdsPermit() && !d.Proceed() {
-		// No handler runs to give the permit back (the Global refused or
-		// failed, or the client left during a LeakyBucket wait): without
-		// this the key would be refused for its permit until the lease
-		// lapses. Its rate units stay spent, as Config.Global says.
+		// No handler runs to give the permit back (the client left during
+		// a LeakyBucket wait): without this the key would be refused for
+		// its permit until the lease lapses. Its rate units stay spent.
 		d.givePermitBack(context.WithoutCancel(d.ctx))
 	}
 	if p.observer != nil {
@@ -145,58 +147,59 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	return d
 }
 
-// limits are the Limits the key's request is decided under: the Limit,
-// the layers, and the InFlight permit, in that order.
-func (p *Policy) limits(limit core.Limit) []core.Limit {
-	out := append(make([]core.Limit, 0, 2+len(p.layers)), p.capWait(limit))
-	out = append(out, p.layers...)
-	if p.inflight.Rate > 0 {
-		out = append(out, p.inflight)
+// rules are what a request is decided under: its key's Limit and Layers,
+// the Scopes, and last the key's InFlight permit (not for DecideN, which
+// takes none). The key's own come first: on a Cluster, where keys in other
+// slots are decided one slot after another, the Scopes (a ceiling shared
+// by everyone) are asked only for requests the key admits.
+func (p *Policy) rules(r Request, key string, limit core.Limit, inHandler bool) ([]core.Rule, error) {
+	rules := make([]core.Rule, 0, 2+len(p.layers)+len(p.scopes))
+	rules = append(rules, p.capWait(limit).For(key))
+	for _, l := range p.layers {
+		rules = append(rules, l.For(key))
 	}
-	return out
+	for _, sc := range p.scopes {
+		k := p.name + "|" + sc.Name // a ceiling on the Policy
+		if sc.Key != nil {
+			sk, err := sc.Key(r)
+			if err == nil && sk == "" {
+				err = errEmptyKey
+			}
+			if err != nil {
+				return nil, fmt.Errorf("scope %s: %w", sc.Name, err)
+			}
+			k += ":" + sk
+		}
+		rules = append(rules, sc.Limit.For(k))
+	}
+	if p.inflight.Rate > 0 && !inHandler {
+		rules = append(rules, p.inflight.For(key))
+	}
+	return rules, nil
 }
 
 func (p *Policy) decide(d *Decision) error {
-	limits := d.limits()
-	var err error
-	d.layers = make([]layerResult, len(limits))
-	if len(limits) == 1 {
-		d.layers[0].Result, err = p.limiter.AllowN(d.ctx, d.key, limits[0], d.cost)
-	} else {
-		var rs []core.Result
-		rs, err = p.limiter.AllowLayers(d.ctx, d.key, limits, d.cost)
-		for i, r := range rs {
-			d.layers[i].Result = r
+	res, err := p.limiter.Allow(d.ctx, d.cost, d.rules...)
+	if err != nil {
+		return err
+	}
+	d.taken = res
+	d.layers = make([]layerResult, len(d.rules))
+	for i, rule := range d.rules {
+		d.layers[i].limit = rule.Limit
+		if res.Rules != nil {
+			d.layers[i].Result = res.Rules[i]
+		} else {
+			d.layers[i].Result = res
 		}
 	}
-	if err != nil {
-		return err
-	}
-	for i, l := range limits {
-		d.layers[i].limit = l
-	}
 	d.Result, d.capacity, d.RefusedBy = d.strictest()
-	d.took = d.layers[0].Granted > 0
-	if !d.took || p.global == nil {
-		return nil
-	}
-	d.global.limit = *p.global
-	d.global.Result, err = p.limiter.AllowN(d.ctx, p.globalKey, *p.global, d.cost)
-	if err != nil {
-		return err
-	}
-	d.askedGlobal, d.tookGlobal = true, d.global.Allowed
-	if !d.global.Allowed {
-		d.Result, d.capacity, d.RefusedBy = d.global.Result, d.global.limit.Capacity(), globalName
-	} else {
-		// A request leaves when both the key and the ceiling let it.
-		d.Result.Delay = max(d.Result.Delay, d.global.Delay)
-	}
+	d.took = res.Granted > 0
 	return nil
 }
 
 // Reset forgets the state of r's key under this Policy, in every layer,
-// so its quota is whole (after a successful login, say). The Global is
+// so its quota is whole (after a successful login, say). The Scopes are
 // shared and left alone, and so are the InFlight permits of the key's
 // requests still running (see core.Limiter.Reset). Each adapter has a Reset that takes the
 // framework's request.

@@ -168,13 +168,15 @@ func TestIETFtIsRetryAfter(t *testing.T) {
 	}
 }
 
-// TestGlobalCeiling: the Global denies once its ceiling is reached across
-// different keys, and reports itself in the headers.
+// TestGlobalCeiling: a Scope without a Key (a ceiling on the whole Policy)
+// denies once its ceiling is reached across different keys, reports itself
+// in the headers while it is the strictest, and a request it refuses
+// counts in no key (Config.Scopes: "refused, counted in none").
 func TestGlobalCeiling(t *testing.T) {
 	ctx := context.Background()
 	_, rdb, l := mini(t)
 	perKey := core.PerHour(100)
-	p := mustNew(t, Config{Limiter: l, Limit: perKey, Global: &sliding3h, Headers: Headers{XRateLimit{}, IETF{}}})
+	p := mustNew(t, Config{Limiter: l, Limit: perKey, Scopes: []Scope{{Name: "global", Limit: sliding3h}}, Headers: Headers{XRateLimit{}, IETF{}}})
 	for i, ip := range []string{"192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.4", "192.0.2.5"} {
 		d, h := decide(p, from(ip))
 		want := OutcomeAllowed
@@ -186,9 +188,10 @@ func TestGlobalCeiling(t *testing.T) {
 		}
 		if want == OutcomeDenied {
 			checkHeaders(t, ip, h, map[string]string{"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": "0", "Retry-After": "3600",
-				"RateLimit": `"http-0";r=99;t=36, "http-global";r=0;t=3600`})
+				"RateLimit": `"http-0";r=100;t=0, "http-global";r=0;t=3600`})
 		} else {
-			checkHeaders(t, ip, h, map[string]string{"X-RateLimit-Limit": "100", "X-RateLimit-Remaining": "99"})
+			// The ceiling, with less left than the key, is the strictest.
+			checkHeaders(t, ip, h, map[string]string{"X-RateLimit-Limit": "3", "X-RateLimit-Remaining": strconv.Itoa(2 - i)})
 		}
 	}
 	// The Global's log (a sorted set, "<prefix>:{http|global}:sw3") holds
@@ -208,15 +211,16 @@ func TestGlobalCeiling(t *testing.T) {
 	if err != nil || units != 3 {
 		t.Errorf("global log holds %d units (%q), %v; want 3", units, entries, err)
 	}
-	// As documented, a request the Global denies has used its key's quota.
-	r, err := l.Peek(ctx, "http:ip:192.0.2.5", perKey)
-	if err != nil || r.Remaining != 99 {
-		t.Errorf("key of a request the Global denied: %+v, %v; want Remaining 99", r, err)
+	// A request the ceiling refuses has used nothing of its key's quota.
+	r, err := l.Peek(ctx, perKey.For("http:ip:192.0.2.5"))
+	if err != nil || r.Remaining != 100 {
+		t.Errorf("key of a request the ceiling refused: %+v, %v; want Remaining 100", r, err)
 	}
 }
 
-// TestGlobalOnlyAfterLayersAdmit: requests their key's layers deny never
-// reach the Global: one script call each.
+// TestGlobalOnlyAfterLayersAdmit: on one Redis, a request is one script
+// call, its key's layers and the ceiling decided together; a denied one
+// too.
 func TestGlobalOnlyAfterLayersAdmit(t *testing.T) {
 	for _, withLayers := range []bool{false, true} {
 		t.Run("layers="+strconv.FormatBool(withLayers), func(t *testing.T) {
@@ -225,7 +229,7 @@ func TestGlobalOnlyAfterLayersAdmit(t *testing.T) {
 			rdb.AddHook(&count)
 			l := newLimiter(t, rdb)
 			global := core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Hour}
-			cfg := Config{Limiter: l, Limit: core.PerHour(10), Global: &global}
+			cfg := Config{Limiter: l, Limit: core.PerHour(10), Scopes: []Scope{{Name: "global", Limit: global}}}
 			if withLayers {
 				cfg.Layers = []core.Limit{{Algorithm: core.SlidingWindow, Rate: 2, Period: time.Hour}}
 			} else {
@@ -243,7 +247,7 @@ func TestGlobalOnlyAfterLayersAdmit(t *testing.T) {
 					t.Fatalf("denied request %d: %v (err %v), want denied", i+1, d.Outcome, d.Err)
 				}
 				if got := count.n.Load() - before; got != 1 {
-					t.Errorf("denied request %d made %d script calls, want 1 (the key's decision only)", i+1, got)
+					t.Errorf("denied request %d made %d script calls, want 1 (one decision of every rule)", i+1, got)
 				}
 			}
 		})
@@ -624,12 +628,17 @@ func TestConfigErrors(t *testing.T) {
 		{Config{}, "Config.Limiter"},
 		{Config{Limiter: l, Limit: bad}, "Config.Limit"},
 		{Config{Limiter: l, Layers: []core.Limit{core.PerHour(5), bad}}, "Config.Layers[1]"},
-		{Config{Limiter: l, Layers: eight}, "Config.Layers: at most 7"},
-		{Config{Limiter: l, Global: &bad}, "Config.Global"},
+		{Config{Limiter: l, Layers: eight}, "at most 7 Limits beside"},
+		{Config{Limiter: l, Scopes: []Scope{{Name: "global", Limit: bad}}}, "Config.Scopes[0] (global).Limit"},
+		{Config{Limiter: l, Scopes: []Scope{{Limit: core.PerHour(5)}}}, "Config.Scopes[0].Name"},
+		{Config{Limiter: l, Scopes: []Scope{{Name: "org", Limit: core.PerHour(5)}, {Name: "org", Limit: core.PerHour(5)}}}, "used twice"},
+		{Config{Limiter: l, Scopes: []Scope{{Name: "a b", Limit: core.PerHour(5)}}}, "Config.Scopes[0].Name"},
+		{Config{Limiter: l, Scopes: []Scope{{Name: "inflight", Limit: core.PerHour(5)}}}, "Config.Scopes[0].Name"},
+		{Config{Limiter: l, Layers: eight[:6], Scopes: []Scope{{Name: "org", Limit: core.PerHour(5)}, {Name: "all", Limit: core.PerHour(5)}}}, "at most 7"},
 		{Config{Limiter: l, InFlight: -1}, "Config.InFlight"},
 		{Config{Limiter: l, InFlight: 1 << 21}, "Config.InFlight"},
 		{Config{Limiter: l, InFlight: 2, InFlightLease: -time.Second}, "Config.InFlightLease"},
-		{Config{Limiter: l, InFlight: 2, Layers: eight[:7]}, "Config.Layers: at most 6"},
+		{Config{Limiter: l, InFlight: 2, Layers: eight[:7]}, "at most 6 Limits beside"},
 		{Config{Limiter: l, Headers: Headers{nil}}, "Config.Headers[0]"},
 		{Config{Limiter: l, Fail: 7}, "Config.Fail"},
 		{Config{Limiter: l, MaxWait: -time.Second}, "Config.MaxWait"},

@@ -14,7 +14,8 @@ import (
 
 // TestRefusedBySweep walks the limits that can refuse a request (the
 // Limit alone, the Limit or a layer of several, two with different waits,
-// the InFlight permit, the Global), each with and without DryRun and a
+// the InFlight permit, a ceiling (a Scope without a Key), a Scope keyed by
+// the client's network), each with and without DryRun and a
 // deny cache, repeats the refusal, and ends with Redis failing. For every
 // decision it checks RefusedBy, what the Observer is told, and the
 // headers: the RateLimit member named "<Name>-<RefusedBy>" (the Name alone
@@ -23,9 +24,20 @@ import (
 // layer (of the strictest rate layer when only the permit refuses, as
 // Result reports it).
 // Guards: RefusedBy's godoc ("0" for the Limit, "1", "2", ... for
-// Config.Layers, "inflight", "global"; "" for any other outcome; the one
+// Config.Layers, a Scope's Name, "inflight"; "" for any other outcome; the one
 // Result reports) and IETF's "on a refused response t is the same point in
 // time as Retry-After ... for each layer that refused".
+// keyByNet keys a request by the /16 of its peer: a Scope's key that
+// several clients share.
+var keyByNet KeyFunc = func(r Request) (string, error) {
+	host, _, _ := strings.Cut(r.RemoteAddr(), ":")
+	parts := strings.Split(host, ".")
+	if len(parts) < 2 {
+		return "", nil
+	}
+	return parts[0] + "." + parts[1], nil
+}
+
 func TestRefusedBySweep(t *testing.T) {
 	hourly2 := core.Limit{Algorithm: core.FixedWindow, Rate: 2, Period: time.Hour}
 	minutely2 := core.Limit{Algorithm: core.FixedWindow, Rate: 2, Period: time.Minute}
@@ -57,8 +69,11 @@ func TestRefusedBySweep(t *testing.T) {
 			{ip: "192.0.2.1", hold: true}, {"192.0.2.1", false, "inflight", `"api-inflight"`, "10"}}},
 		{"the permit and a layer: the layer", Config{Limit: core.PerSecond(10), Layers: []core.Limit{hourly2}, InFlight: 1}, []step{
 			admit("192.0.2.1"), {ip: "192.0.2.1", hold: true}, {"192.0.2.1", false, "1", `"api-1"`, "2"}}},
-		{"the Global", Config{Limit: core.PerHour(100), Global: &hourly2}, []step{
+		{"the Global", Config{Limit: core.PerHour(100), Scopes: []Scope{{Name: "global", Limit: hourly2}}}, []step{
 			admit("192.0.2.1"), admit("192.0.2.2"), {"192.0.2.3", false, "global", `"api-global"`, "2"}}},
+		{"a Scope with a Key, beside a ceiling and the permit", Config{Limit: core.PerHour(100), InFlight: 5, Scopes: []Scope{
+			{Name: "net", Key: keyByNet, Limit: hourly2}, {Name: "global", Limit: core.PerHour(100)}}}, []step{
+			admit("192.0.2.1"), admit("192.0.2.2"), {"192.0.2.3", false, "net", `"api-net"`, "2"}, admit("198.51.100.1")}},
 	}
 	for _, tt := range tests {
 		for _, opts := range []struct{ dryRun, denyCache bool }{{false, false}, {true, false}, {false, true}, {true, true}} {

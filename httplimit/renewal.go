@@ -26,11 +26,10 @@ var ErrPermitLost = errors.New("httplimit: InFlight permit lost")
 // is cancelled with ErrPermitLost before the permit lapses in Redis, so
 // that the key's requests in flight never outnumber its permits.
 type renewal struct {
-	p      *Policy
-	key    string
-	limits []core.Limit
-	taken  []core.Result // the permit's layer alone
-	lease  time.Duration
+	p     *Policy
+	rules []core.Rule
+	taken core.Result // the permit's alone
+	lease time.Duration
 
 	mu      sync.Mutex
 	timer   *time.Timer // the next renewal
@@ -46,9 +45,7 @@ type renewal struct {
 // newRenewal starts renewing d's permit, taken no earlier than start.
 func newRenewal(d *Decision, start time.Time) *renewal {
 	p := d.policy
-	taken := make([]core.Result, len(d.layers))
-	taken[len(taken)-1] = d.layers[len(d.layers)-1].Result
-	r := &renewal{p: p, key: d.key, limits: d.limits(), taken: taken, lease: p.inflight.Period}
+	r := &renewal{p: p, rules: d.rules, taken: d.permit(), lease: p.inflight.Period}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Redis counted the permit's lease from an instant after start.
@@ -77,7 +74,7 @@ func (r *renewal) renew() {
 	r.mu.Unlock()
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), r.lease/2)
-	rs, err := r.p.limiter.RenewLayers(ctx, r.key, r.limits, r.taken)
+	res, err := r.p.limiter.Renew(ctx, r.taken, r.rules...)
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -87,7 +84,7 @@ func (r *renewal) renew() {
 	now := time.Now()
 	next := r.lease / 8 // after a loss, or past the lease: retake when there is room
 	switch {
-	case err == nil && rs[len(rs)-1].Allowed:
+	case err == nil && res.Allowed:
 		r.held, r.lastErr = sent.Add(r.lease), nil
 		r.lapse.Reset(r.held.Sub(now) - r.margin())
 		next = r.held.Sub(now) - r.lease/2

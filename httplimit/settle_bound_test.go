@@ -27,7 +27,7 @@ func TestSettleHugeReportIsCharged(t *testing.T) {
 			return Config{Limiter: l, Limit: minute, Layers: []core.Limit{{Algorithm: core.FixedWindow, Rate: 5000, Period: time.Hour}}}
 		},
 		"global": func(l *core.Limiter) Config {
-			return Config{Limiter: l, Limit: core.PerMinute(1 << 30), Global: &minute}
+			return Config{Limiter: l, Limit: core.PerMinute(1 << 30), Scopes: []Scope{{Name: "global", Limit: minute}}}
 		},
 		"inflight": func(l *core.Limiter) Config { return Config{Limiter: l, Limit: minute, InFlight: 5} },
 		"daily":    func(l *core.Limiter) Config { return Config{Limiter: l, Limit: daily} },

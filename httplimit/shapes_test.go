@@ -33,18 +33,18 @@ func TestEveryAlgorithmHasAShape(t *testing.T) {
 				t.Errorf("refills %v, but Capacity %d of Rate 2, Burst 3", s.refills, lim.Capacity())
 			}
 			_, _, l := mini(t)
-			first, err := l.Allow(ctx, "k", lim)
+			first, err := l.Allow(ctx, 1, lim.For("k"))
 			if err != nil || !first.Allowed {
 				t.Fatalf("first request: %+v, %v", first, err)
 			}
-			second, err := l.Allow(ctx, "k", lim)
+			second, err := l.Allow(ctx, 1, lim.For("k"))
 			if err != nil || !second.Allowed {
 				t.Fatalf("second request: %+v, %v", second, err)
 			}
 			if got := second.Delay > 0; got != s.queues {
 				t.Errorf("queues %v, but the second request's Delay is %v", s.queues, second.Delay)
 			}
-			_, err = l.Renew(ctx, "k", lim, first)
+			_, err = l.Renew(ctx, first, lim.For("k"))
 			if got := err == nil; got != s.permits {
 				t.Errorf("permits %v, but Renew of a request's Result: %v", s.permits, err)
 			}

@@ -84,7 +84,7 @@ const maxCharges = 4
 // charge charges key until a Peek says its next request waits at least d.
 func (t *Transport) charge(ctx context.Context, key string, d time.Duration) error {
 	for i := 0; ; i++ {
-		r, err := t.limiter.Peek(ctx, key, t.limit)
+		r, err := t.limiter.Peek(ctx, t.limit.For(key))
 		if err != nil {
 			return err
 		}
@@ -95,7 +95,7 @@ func (t *Transport) charge(ctx context.Context, key string, d time.Duration) err
 		if i == maxCharges {
 			return fmt.Errorf("the next request would still wait less than %v after %d charges", d, maxCharges)
 		}
-		if _, err := t.limiter.Settle(ctx, key, t.limit, core.Result{}, units); err != nil {
+		if _, err := t.limiter.Settle(ctx, core.Result{}, units, t.limit.For(key)); err != nil {
 			return err
 		}
 	}

@@ -54,7 +54,7 @@ type TransportConfig struct {
 // for concurrent use and keeps no request.
 //
 // Each request spends Cost units of its Key's quota before Base sends it.
-// By default it waits for room with its own context (core.Limiter.WaitN),
+// By default it waits for room with its own context (core.Limiter.Wait),
 // and is refused at once with a *LimitError, matching
 // core.ErrWaitExceedsDeadline, when that wait would outlast its deadline;
 // with FailFast it is refused at once whenever there is no room. A request
@@ -224,7 +224,7 @@ func (t *Transport) admit(req *http.Request) (string, error) {
 	var r core.Result
 	var err error
 	if t.failFast {
-		r, err = t.limiter.AllowN(ctx, key, t.limit, n)
+		r, err = t.limiter.Allow(ctx, n, t.limit.For(key))
 		if err == nil && !r.Allowed {
 			return key, &LimitError{Key: key, Result: r}
 		}
@@ -232,7 +232,7 @@ func (t *Transport) admit(req *http.Request) (string, error) {
 			time.Sleep(r.Delay)
 		}
 	} else {
-		r, err = t.limiter.WaitN(ctx, key, t.limit, n)
+		r, err = t.limiter.Wait(ctx, n, t.limit.For(key))
 		if errors.Is(err, core.ErrWaitExceedsDeadline) {
 			return key, &LimitError{Key: key, Result: r, err: err}
 		}
@@ -248,7 +248,7 @@ func (t *Transport) admit(req *http.Request) (string, error) {
 
 // give returns the units of r, taken for a request that is not sent.
 func (t *Transport) give(ctx context.Context, key string, r core.Result) {
-	if err := t.limiter.Refund(context.WithoutCancel(ctx), key, t.limit, r); err != nil {
+	if err := t.limiter.Refund(context.WithoutCancel(ctx), r, t.limit.For(key)); err != nil {
 		t.warn("could not give back the units of a request not sent", key, 0, err)
 	}
 }

@@ -166,7 +166,7 @@ func TestTransportSharesQuota(t *testing.T) {
 
 // wallClock is a redis.Hook that moves a miniredis' clock to follow the
 // wall clock before every command, for the tests in which the Transport
-// sleeps (WaitN sleeps on the wall clock).
+// sleeps (Wait sleeps on the wall clock).
 type wallClock struct {
 	mr    *miniredis.Miniredis
 	start time.Time
@@ -444,7 +444,7 @@ func TestTransportPauseByAlgorithm(t *testing.T) {
 			a := up.transport(t, r.NewLimiter(), r.Now, TransportConfig{Limit: tt.limit})
 			b := up.transport(t, r.NewLimiter(), r.Now, TransportConfig{Limit: tt.limit, FailFast: true})
 			key := "outbound:" + strings.TrimPrefix(up.srv.URL, "http://")
-			if res, err := r.NewLimiter().AllowN(context.Background(), key, tt.limit, 3); err != nil || !res.Allowed {
+			if res, err := r.NewLimiter().Allow(context.Background(), 3, tt.limit.For(key)); err != nil || !res.Allowed {
 				t.Fatalf("spending 3: %+v, %v", res, err) // some of the quota is spent
 			}
 			if status, err := up.get(context.Background(), a, "status=429&retry=30"); err != nil || status != http.StatusTooManyRequests {

@@ -24,7 +24,7 @@
 // snake_case: every outcome httplimit defines, from allowed to in_flight.
 // refused_by, on denied and in_flight decisions only, is
 // httplimit.Decision.RefusedBy, the limit that refused: "0" for the Limit,
-// "1", "2", ... for the Layers, "inflight", "global".
+// "1", "2", ... for the Layers, a Scope's Name, "inflight".
 //
 // redlimit.near_limit counts the admitted requests that left at most a
 // fifth of their quota (httplimit.Decision.NearLimit: of a capacity of 10,
@@ -187,7 +187,7 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 		}
 	}
 	counter(&o.decisions, "decisions", "{decision}",
-		"Rate-limit decisions, by policy, algorithm, outcome ("+outcomeNames+") and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, inflight, global).")
+		"Rate-limit decisions, by policy, algorithm, outcome ("+outcomeNames+") and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, a Scope's name, inflight).")
 	counter(&o.nearLimit, "near_limit", "{decision}",
 		"Allowed requests that left at most a fifth of their limit's capacity, by policy and algorithm.")
 	counter(&o.redisErrors, "redis.errors", "{error}",

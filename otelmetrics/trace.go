@@ -42,7 +42,7 @@ const (
 // when the Observer is told, after any LeakyBucket wait (a dry run does
 // not wait: its span starts that Delay early). Its attributes:
 // redlimit.policy, redlimit.algorithm, redlimit.outcome, redlimit.refused_by
-// (on a refusal: "0" the Limit, "1".. the Layers, "inflight", "global"),
+// (on a refusal: "0" the Limit, "1".. the Layers, a Scope's Name, "inflight"),
 // redlimit.failed_open, redlimit.cached, redlimit.leased, redlimit.fallback,
 // redlimit.latency (Decision.Latency, seconds: the Redis round trips) and,
 // after a wait, redlimit.delay (seconds). A decision the Limiter failed has

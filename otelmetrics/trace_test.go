@@ -45,7 +45,7 @@ func attrs(kvs []attribute.KeyValue) map[string]string {
 // TestTraceSweep walks both ways of tracing (a span per decision, the
 // request's own span) with and without the key, through one Policy whose
 // every limit refuses in turn: the Limit is 3 per hour, layer 1 is 2 per
-// hour, the InFlight cap 1, the Global 4 per hour; then Redis fails. Each
+// hour, the InFlight cap 1, a Scope "global" 4 per hour; then Redis fails. Each
 // decision is recorded once, with its outcome and the limit that refused;
 // a span of its own is a child of the request's span; the request's span
 // gets attributes and no span is made; the key is an attribute only when
@@ -101,7 +101,7 @@ func TestTraceSweep(t *testing.T) {
 					t.Fatal(err)
 				}
 				p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: hourly(3), Layers: []core.Limit{hourly(2)},
-					InFlight: 1, Global: &global, Observer: o})
+					InFlight: 1, Scopes: []httplimit.Scope{{Name: "global", Limit: global}}, Observer: o})
 				if err != nil {
 					t.Fatal(err)
 				}

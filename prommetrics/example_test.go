@@ -77,7 +77,7 @@ func Example_nearLimit() {
 		}
 	}
 	// Output:
-	// # HELP redlimit_decisions_total Rate-limit decisions, by policy, algorithm, outcome (allowed, denied, failed_open, failed_closed, canceled, no_key, in_flight) and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, inflight, global).
+	// # HELP redlimit_decisions_total Rate-limit decisions, by policy, algorithm, outcome (allowed, denied, failed_open, failed_closed, canceled, no_key, in_flight) and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, a Scope's name, inflight).
 	// # TYPE redlimit_decisions_total counter
 	// redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api",refused_by=""} 10
 	// redlimit_decisions_total{algorithm="token_bucket",outcome="denied",policy="api",refused_by="0"} 1

@@ -21,7 +21,7 @@
 // httplimit.Outcome in snake_case: every outcome httplimit defines, from
 // allowed to in_flight. refused_by is httplimit.Decision.RefusedBy, the
 // limit that refused a denied or in_flight decision: "0" for the Limit,
-// "1", "2", ... for the Layers, "inflight", "global"; empty for the other
+// "1", "2", ... for the Layers, a Scope's Name, "inflight"; empty for the other
 // outcomes. No metric is labelled by the rate-limit key: keys are
 // unbounded, and so would the series be. Policy names should be a fixed
 // set chosen in code, not derived from requests.
@@ -173,7 +173,7 @@ func New(opts ...Option) *Collector {
 	}
 	c := &Collector{
 		decisions: counter("decisions_total",
-			"Rate-limit decisions, by policy, algorithm, outcome ("+outcomeNames+") and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, inflight, global).",
+			"Rate-limit decisions, by policy, algorithm, outcome ("+outcomeNames+") and, for denied and in_flight, the limit that refused (refused_by: 0 the Limit, 1.. the Layers, a Scope's name, inflight).",
 			"policy", "algorithm", "outcome", "refused_by"),
 		nearLimit: counter("near_limit_total",
 			"Allowed requests that left at most a fifth of their limit's capacity, by policy and algorithm.",

@@ -60,7 +60,7 @@ func cliSuite(t *testing.T, rdb redis.UniversalClient, conn ...string) {
 	t.Cleanup(func() { _ = l.Reset(ctx, "api:192.0.2.7"); _ = l.Close() })
 	lim := core.Limit{Rate: 10, Period: 24 * time.Hour} // Redis' clock runs: refills by 0.001 in 8.6s
 	for range 3 {
-		if _, err := l.Allow(ctx, "api:192.0.2.7", lim); err != nil {
+		if _, err := l.Allow(ctx, 1, lim.For("api:192.0.2.7")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,7 +216,7 @@ func TestInspectMini(t *testing.T) {
 	}
 	defer func() { _ = l.Close() }()
 	for _, a := range core.Algorithms() {
-		if _, err := l.AllowN(ctx, "k", core.Limit{Algorithm: a, Rate: 10, Period: time.Minute}, 1); err != nil {
+		if _, err := l.Allow(ctx, 1, core.Limit{Algorithm: a, Rate: 10, Period: time.Minute}.For("k")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -18,7 +18,8 @@ type State struct {
 	Algorithm string
 	// Calendar marks a fixed window over calendar days, weeks or months.
 	Calendar bool
-	// Layer is 0, or the index of an AllowLayers layer after the first.
+	// Layer is 0, or n for a key's (n+1)-th Rule in one decision (a
+	// further Limit on the key), which keeps a state of its own.
 	Layer int
 	// Key is the Redis key.
 	Key string

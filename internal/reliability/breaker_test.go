@@ -49,14 +49,14 @@ func TestBreakerOpensProbesAndRecovers(t *testing.T) {
 				core.WithLogger(slog.New(logs)))
 			ctx := context.Background()
 			limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 5, Period: time.Minute}
-			if _, err := lim.Allow(ctx, "warm", limit); err != nil {
+			if _, err := lim.Allow(ctx, 1, limit.For("warm")); err != nil {
 				t.Fatalf("Allow on a healthy Redis: %v", err)
 			}
 
 			o.down(s)
 			for i := range failures {
 				start := time.Now()
-				_, err := lim.Allow(ctx, "k", limit)
+				_, err := lim.Allow(ctx, 1, limit.For("k"))
 				if !errors.Is(err, core.ErrUnavailable) || circuitOpen(err) {
 					t.Fatalf("failure %d of %d: err = %v, want a Redis error (the circuit is still closed)", i+1, failures, err)
 				}
@@ -71,7 +71,7 @@ func TestBreakerOpensProbesAndRecovers(t *testing.T) {
 			took := make([]time.Duration, calls)
 			for i := range calls {
 				start := time.Now()
-				_, err := lim.Allow(ctx, fmt.Sprint("k", i), limit)
+				_, err := lim.Allow(ctx, 1, limit.For(fmt.Sprint("k", i)))
 				took[i] = time.Since(start)
 				if !circuitOpen(err) {
 					t.Fatalf("call %d with the circuit open: err = %v, want the open circuit's", i, err)
@@ -98,7 +98,7 @@ func TestBreakerOpensProbesAndRecovers(t *testing.T) {
 			var probed time.Time
 			eventually(t, cooldown+2*time.Second, "a call probes Redis after the cool-down", func() bool {
 				start := time.Now()
-				_, err := lim.Allow(ctx, "k", limit)
+				_, err := lim.Allow(ctx, 1, limit.For("k"))
 				if circuitOpen(err) {
 					return false
 				}
@@ -114,7 +114,7 @@ func TestBreakerOpensProbesAndRecovers(t *testing.T) {
 			if got := sent.decisions.Load() - before; got != 1 {
 				t.Errorf("the probe made %d decision calls, want 1", got)
 			}
-			if _, err := lim.Allow(ctx, "k", limit); !circuitOpen(err) {
+			if _, err := lim.Allow(ctx, 1, limit.For("k")); !circuitOpen(err) {
 				t.Errorf("after a failed probe: err = %v, want the open circuit's (open again)", err)
 			}
 
@@ -122,7 +122,7 @@ func TestBreakerOpensProbesAndRecovers(t *testing.T) {
 			o.up(s)
 			back := time.Now()
 			eventually(t, cooldown+3*time.Second, "Allow succeeds after Redis is back", func() bool {
-				_, err := lim.Allow(ctx, "probe", limit)
+				_, err := lim.Allow(ctx, 1, limit.For("probe"))
 				return err == nil
 			})
 			recovered := time.Since(back)
@@ -132,7 +132,7 @@ func TestBreakerOpensProbesAndRecovers(t *testing.T) {
 			}
 			admitted := 0
 			for i := range 2 * limit.Rate {
-				res, err := lim.Allow(ctx, "fresh", limit)
+				res, err := lim.Allow(ctx, 1, limit.For("fresh"))
 				if err != nil {
 					t.Fatalf("call %d after recovery: %v", i, err)
 				}
@@ -183,7 +183,7 @@ func TestLocalFallbackWhileRedisIsDown(t *testing.T) {
 	// the test.
 	limit := core.Limit{Rate: 40, Period: time.Hour}
 	share := limit.Rate / instances
-	if res, err := lim.Allow(ctx, "k", limit); err != nil || res.Fallback {
+	if res, err := lim.Allow(ctx, 1, limit.For("k")); err != nil || res.Fallback {
 		t.Fatalf("Allow on a healthy Redis: %+v, %v; want a Redis decision", res, err)
 	}
 
@@ -192,7 +192,7 @@ func TestLocalFallbackWhileRedisIsDown(t *testing.T) {
 		t.Helper()
 		for i := range calls {
 			start := time.Now()
-			res, err := lim.Allow(ctx, key, limit)
+			res, err := lim.Allow(ctx, 1, limit.For(key))
 			if took := time.Since(start); took > latencyBound {
 				t.Errorf("%s call %d took %v with Redis down, want < %v", key, i, took, latencyBound)
 			}
@@ -228,12 +228,12 @@ func TestLocalFallbackWhileRedisIsDown(t *testing.T) {
 
 	s.Restart()
 	eventually(t, cooldown+3*time.Second, "Redis decisions after Redis is back", func() bool {
-		res, err := lim.Allow(ctx, "probe", limit)
+		res, err := lim.Allow(ctx, 1, limit.For("probe"))
 		return err == nil && !res.Fallback
 	})
 	admitted := 0
 	for i := range limit.Rate + 5 {
-		res, err := lim.Allow(ctx, "after", limit)
+		res, err := lim.Allow(ctx, 1, limit.For("after"))
 		if err != nil || res.Fallback {
 			t.Fatalf("call %d after recovery: %+v, %v; want a Redis decision", i, res, err)
 		}

@@ -123,7 +123,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	const bound = 5 * time.Second
 	var err error
 	for {
-		if _, err = lim.Allow(ctx, doomed, limit); err == nil {
+		if _, err = lim.Allow(ctx, 1, limit.For(doomed)); err == nil {
 			break
 		}
 		if time.Since(promoted) > bound {

@@ -61,18 +61,22 @@ func TestClusterEveryAlgorithmExact(t *testing.T) {
 			{Algorithm: core.FixedWindow, Rate: 1000, Period: 24 * time.Hour},
 		}
 		for _, key := range []string{"layers", "la}{yers"} {
+			rules := make([]core.Rule, len(limits))
+			for i, l := range limits {
+				rules[i] = l.For(key)
+			}
 			admitted := 0
 			for i := range 15 {
-				rs, err := lim.AllowLayers(ctx, key, limits, 1)
+				res, err := lim.Allow(ctx, 1, rules...)
 				if err != nil {
-					t.Fatalf("AllowLayers(%q) call %d: %v", key, i, err)
+					t.Fatalf("Allow(%q) under %d Limits, call %d: %v", key, len(rules), i, err)
 				}
-				if rs[0].Granted > 0 {
+				if res.Granted > 0 {
 					admitted++
 				}
 			}
 			if admitted != 10 {
-				t.Errorf("AllowLayers(%q): %d of 15 admitted, want 10", key, admitted)
+				t.Errorf("Allow(%q) under %d Limits: %d of 15 admitted, want 10", key, len(rules), admitted)
 			}
 		}
 	})
@@ -95,7 +99,7 @@ func TestClusterKeysSpreadOverAllMasters(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := next.Add(1) - 1; i < keys; i = next.Add(1) - 1 {
-				if _, err := lim.Allow(ctx, fmt.Sprint("user:", i), limit); err != nil {
+				if _, err := lim.Allow(ctx, 1, limit.For(fmt.Sprint("user:", i))); err != nil {
 					t.Errorf("Allow(user:%d): %v", i, err)
 					return
 				}
@@ -142,7 +146,7 @@ func TestClusterKeysSpreadOverAllMasters(t *testing.T) {
 
 	// Each key lives in the slot of its tag alone.
 	for _, key := range []string{"user:7", "a{b}c", "}{"} {
-		if _, err := lim.Allow(ctx, key, limit); err != nil {
+		if _, err := lim.Allow(ctx, 1, limit.For(key)); err != nil {
 			t.Fatal(err)
 		}
 		tag := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#", "%23").Replace(key)

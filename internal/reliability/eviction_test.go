@@ -43,7 +43,7 @@ func TestEvictingRedisIsReported(t *testing.T) {
 	ctx := context.Background()
 	limit := core.PerMinute(5)
 	for i := range 7 {
-		res, err := lim.Allow(ctx, "client", limit)
+		res, err := lim.Allow(ctx, 1, limit.For("client"))
 		if err != nil || res.Allowed != (i < 5) {
 			t.Fatalf("request %d: %+v, %v", i+1, res, err)
 		}

@@ -73,7 +73,7 @@ func masterOf(t *testing.T, rdb *redis.ClusterClient, key string) string {
 func viaFCall(t *testing.T, lim *core.Limiter, kinds *callKinds, key string, limit core.Limit) bool {
 	t.Helper()
 	before := kinds.fcall.Load()
-	if _, err := lim.Allow(context.Background(), key, limit); err != nil {
+	if _, err := lim.Allow(context.Background(), 1, limit.For(key)); err != nil {
 		t.Fatalf("Allow(%q): %v", key, err)
 	}
 	return kinds.fcall.Load() > before
@@ -125,7 +125,7 @@ func TestClusterFunctionFlushOnOneNode(t *testing.T) {
 			key := fmt.Sprintf("many:%v:%d", a, i)
 			admitted := 0
 			for range 5 {
-				r, err := lim.Allow(context.Background(), key, l)
+				r, err := lim.Allow(context.Background(), 1, l.For(key))
 				if err != nil {
 					t.Fatalf("Allow(%q) under %v: %v", key, a, err)
 				}
@@ -160,7 +160,7 @@ func TestClusterFunctionFlushOnOneNode(t *testing.T) {
 		}
 	}
 	for i := range 5 {
-		r, err := lim.Allow(context.Background(), key, limit)
+		r, err := lim.Allow(context.Background(), 1, limit.For(key))
 		if err != nil {
 			t.Fatalf("decision %d on %q after FUNCTION FLUSH on its master: %v, want an answer", i, key, err)
 		}
@@ -228,7 +228,7 @@ func TestClusterMasterRestartedEmpty(t *testing.T) {
 	// loads, or the Cluster may fail over in between.
 	var err error
 	for {
-		if _, err = lim.Allow(context.Background(), probe, limit); err == nil {
+		if _, err = lim.Allow(context.Background(), 1, limit.For(probe)); err == nil {
 			break
 		}
 		if time.Since(restarted) > 20*time.Second {

@@ -127,7 +127,7 @@ func TestHostileKeys(t *testing.T) {
 		limit := core.Limit{Algorithm: a, Rate: 3, Period: time.Hour}
 		for round := range 5 {
 			for _, k := range hostileKeys {
-				res, err := lim.Allow(ctx, k, limit)
+				res, err := lim.Allow(ctx, 1, limit.For(k))
 				if err != nil {
 					t.Fatalf("%v: Allow(%q): %v", a, k, err)
 				}
@@ -161,7 +161,7 @@ func TestHostileKeys(t *testing.T) {
 			t.Errorf("DBSIZE = %d, %v; want %d", n, err, want)
 		}
 	}
-	if _, err := lim.Allow(ctx, "", core.PerMinute(1)); !errors.Is(err, core.ErrEmptyKey) {
+	if _, err := lim.Allow(ctx, 1, core.PerMinute(1).For("")); !errors.Is(err, core.ErrEmptyKey) {
 		t.Errorf("Allow with an empty key: %v, want core.ErrEmptyKey", err)
 	}
 }
@@ -188,7 +188,7 @@ func TestManyDistinctKeysExpire(t *testing.T) {
 			for i := 0; time.Now().Before(stop); i++ {
 				a := algorithms[i%len(algorithms)]
 				limit := core.Limit{Algorithm: a, Rate: 10, Period: time.Second}
-				if _, err := lim.Allow(ctx, fmt.Sprintf("attacker:%d:%d", g, i), limit); err != nil {
+				if _, err := lim.Allow(ctx, 1, limit.For(fmt.Sprintf("attacker:%d:%d", g, i))); err != nil {
 					t.Errorf("Allow: %v", err)
 					return
 				}
@@ -309,12 +309,12 @@ func TestInvalidCosts(t *testing.T) {
 	costs := []int{math.MinInt, -1_000_000, -1, 0, 11, 1 << 40, math.MaxInt}
 	for _, a := range algorithms {
 		for _, n := range costs {
-			if _, err := lim.AllowN(ctx, "k", with(limit, a), n); !errors.Is(err, core.ErrInvalidCost) {
-				t.Errorf("%v: AllowN(n=%d): %v, want core.ErrInvalidCost", a, n, err)
+			if _, err := lim.Allow(ctx, n, with(limit, a).For("k")); !errors.Is(err, core.ErrInvalidCost) {
+				t.Errorf("%v: Allow(n=%d): %v, want core.ErrInvalidCost", a, n, err)
 			}
 		}
-		if _, err := lim.AllowLayers(ctx, "k", []core.Limit{with(limit, a)}, -1); !errors.Is(err, core.ErrInvalidCost) {
-			t.Errorf("%v: AllowLayers(n=-1): %v, want core.ErrInvalidCost", a, err)
+		if _, err := lim.Allow(ctx, -1, with(limit, a).For("k"), with(limit, a).For("k")); !errors.Is(err, core.ErrInvalidCost) {
+			t.Errorf("%v: Allow(n=-1) under two Rules: %v, want core.ErrInvalidCost", a, err)
 		}
 	}
 	for _, fail := range []httplimit.FailPolicy{httplimit.FailOpen, httplimit.FailClosed} {
@@ -373,7 +373,7 @@ func TestOverflowingLimits(t *testing.T) {
 				t.Fatalf("Validate(%+v) = %v, want core.ErrInvalidLimit naming %q", tc.limit, err, tc.want)
 			}
 			t.Logf("%v", err)
-			if _, err := lim.Allow(ctx, "k", tc.limit); !errors.Is(err, core.ErrInvalidLimit) {
+			if _, err := lim.Allow(ctx, 1, tc.limit.For("k")); !errors.Is(err, core.ErrInvalidLimit) {
 				t.Errorf("Allow: %v, want core.ErrInvalidLimit", err)
 			}
 			if _, err := httplimit.New(httplimit.Config{Limiter: lim, Limit: tc.limit}); !errors.Is(err, core.ErrInvalidLimit) {
@@ -395,13 +395,13 @@ func TestOverflowingLimits(t *testing.T) {
 		{Algorithm: core.LeakyBucket, Rate: 1e12, Period: time.Hour},
 	} {
 		key := "huge-" + l.Algorithm.String()
-		if res, err := lim.AllowN(ctx, key, l, l.Rate); err != nil || !res.Allowed || res.Granted != l.Rate {
-			t.Errorf("%v 1e12 per hour, AllowN(1e12) on a fresh key: %+v, %v; want admitted", l.Algorithm, res, err)
+		if res, err := lim.Allow(ctx, l.Rate, l.For(key)); err != nil || !res.Allowed || res.Granted != l.Rate {
+			t.Errorf("%v 1e12 per hour, Allow(1e12) on a fresh key: %+v, %v; want admitted", l.Algorithm, res, err)
 		}
 		// A tenth of an hour's worth takes about 6 minutes to refill.
-		res, err := lim.AllowN(ctx, key, l, l.Rate/10)
+		res, err := lim.Allow(ctx, l.Rate/10, l.For(key))
 		if err != nil || res.Allowed || res.RetryAfter < 5*time.Minute || res.RetryAfter > 7*time.Minute {
-			t.Errorf("%v 1e12 per hour, AllowN(1e11) right after: %+v, %v; want denied, RetryAfter about 6m", l.Algorithm, res, err)
+			t.Errorf("%v 1e12 per hour, Allow(1e11) right after: %+v, %v; want denied, RetryAfter about 6m", l.Algorithm, res, err)
 		}
 	}
 	for _, l := range []core.Limit{
@@ -413,7 +413,7 @@ func TestOverflowingLimits(t *testing.T) {
 		{Algorithm: core.SlidingWindow, Rate: 1e9, Period: 365 * 24 * time.Hour},
 		{Rate: 1, Period: 365 * 24 * time.Hour},
 	} {
-		if res, err := lim.Allow(ctx, "big", l); err != nil || !res.Allowed {
+		if res, err := lim.Allow(ctx, 1, l.For("big")); err != nil || !res.Allowed {
 			t.Errorf("Allow with %+v: %+v, %v; want admitted", l, res, err)
 		}
 	}

@@ -295,7 +295,7 @@ func runInflight(t *testing.T, s *redistest.Server, c inflightCase) inflightOutc
 func warm(t *testing.T, l *core.Limiter) {
 	t.Helper()
 	eventually(t, 10*time.Second, "a first decision", func() bool {
-		_, err := l.Allow(context.Background(), "warm", core.PerSecond(1000))
+		_, err := l.Allow(context.Background(), 1, core.PerSecond(1000).For("warm"))
 		return err == nil
 	})
 }

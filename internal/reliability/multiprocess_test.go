@@ -105,7 +105,7 @@ func runWorker(spec workerSpec) (workerResult, error) {
 				if !sent.Before(end) {
 					break
 				}
-				res, err := lim.Allow(context.Background(), spec.Key, spec.Limit)
+				res, err := lim.Allow(context.Background(), 1, spec.Limit.For(spec.Key))
 				got := time.Now()
 				if r.First.IsZero() {
 					r.First = sent

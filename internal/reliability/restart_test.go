@@ -48,7 +48,7 @@ func startTraffic(lim *core.Limiter, goroutines int, limit core.Limit, key func(
 				default:
 				}
 				start := time.Now()
-				res, err := lim.Allow(context.Background(), key(g, i), limit)
+				res, err := lim.Allow(context.Background(), 1, limit.For(key(g, i)))
 				took := time.Since(start)
 				for {
 					old := tr.slowest.Load()
@@ -124,7 +124,7 @@ func exactly(t *testing.T, lim *core.Limiter, key string, limit core.Limit) {
 		go func() {
 			defer wg.Done()
 			for range limit.Rate/4 + 1 {
-				res, err := lim.Allow(context.Background(), key, limit)
+				res, err := lim.Allow(context.Background(), 1, limit.For(key))
 				if err != nil {
 					t.Errorf("Allow(%q): %v", key, err)
 					return
@@ -317,7 +317,7 @@ func TestPoolExhaustion(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 100 {
-				if _, err := lim.Allow(context.Background(), "after", limit); err != nil {
+				if _, err := lim.Allow(context.Background(), 1, limit.For("after")); err != nil {
 					t.Errorf("call %d after the stall: %v", i, err)
 					return
 				}
@@ -332,7 +332,7 @@ func TestPoolExhaustion(t *testing.T) {
 // requests into weighted entries, so no ZCARD counts them.
 func unitsHeld(t *testing.T, rdb *redis.Client, key string, limit core.Limit) int64 {
 	t.Helper()
-	res, err := newLimiter(t, rdb, core.WithTimeout(patient)).Peek(context.Background(), key, limit)
+	res, err := newLimiter(t, rdb, core.WithTimeout(patient)).Peek(context.Background(), limit.For(key))
 	if err != nil {
 		t.Fatalf("Peek %q: %v", key, err)
 	}

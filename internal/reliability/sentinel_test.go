@@ -86,7 +86,7 @@ func TestSentinel(t *testing.T) {
 	promoted := time.Since(killed)
 	var failures int
 	eventually(t, 10*time.Second, "Allow succeeds on the new master", func() bool {
-		_, err := lim.Allow(ctx, "probe", core.PerMinute(100))
+		_, err := lim.Allow(ctx, 1, core.PerMinute(100).For("probe"))
 		if err != nil {
 			failures++
 		}

@@ -45,7 +45,7 @@ func TestSlidingWindowLogStaysCapped(t *testing.T) {
 	lim := newLimiter(t, rdb, core.WithPrefix("swcap"), core.WithTimeout(patient))
 	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 1_000_000, Period: 10 * time.Second}
 	logKey, metaKey := "swcap:{hot}"+swKey, "swcap:{hot}"+swmKey
-	if _, err := lim.Allow(ctx, "hot", limit); err != nil {
+	if _, err := lim.Allow(ctx, 1, limit.For("hot")); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := admin.Exists(ctx, logKey, metaKey).Result(); err != nil || n != 2 {

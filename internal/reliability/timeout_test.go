@@ -48,7 +48,7 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 				lim := newLimiter(t, rdb, core.WithBreaker(0, 0))
 				ctx := context.Background()
 				limit := core.PerMinute(100)
-				if _, err := lim.Allow(ctx, "k", limit); err != nil {
+				if _, err := lim.Allow(ctx, 1, limit.For("k")); err != nil {
 					t.Fatalf("Allow on a healthy Redis: %v", err)
 				}
 
@@ -66,7 +66,7 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 				var worst time.Duration
 				for i := range 5 {
 					start := time.Now()
-					res, err := lim.Allow(ctx, "k", limit)
+					res, err := lim.Allow(ctx, 1, limit.For("k"))
 					took := time.Since(start)
 					worst = max(worst, took)
 					if err == nil {
@@ -95,7 +95,7 @@ func TestSlowRedisBoundsEachDecision(t *testing.T) {
 				}
 				// Recovery needs nothing but Redis answering again.
 				eventually(t, 5*time.Second, "Allow succeeds again", func() bool {
-					_, err := lim.Allow(ctx, "k", limit)
+					_, err := lim.Allow(ctx, 1, limit.For("k"))
 					return err == nil
 				})
 			})
@@ -113,7 +113,7 @@ func TestCallerDeadlineShorterThanTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := lim.Allow(ctx, "k", core.PerMinute(10))
+	_, err := lim.Allow(ctx, 1, core.PerMinute(10).For("k"))
 	if took := time.Since(start); took > latencyBound {
 		t.Errorf("Allow with a 30ms caller deadline took %v, want < %v", took, latencyBound)
 	}

@@ -85,7 +85,7 @@ func newLimiter(t *testing.T, rdb redis.UniversalClient, opts ...core.Option) *c
 	return l
 }
 
-// TestHugeCostDoesNotBlockRedis: one AllowN(1e6) on a SlidingWindow of
+// TestHugeCostDoesNotBlockRedis: one Allow of cost 1e6 on a SlidingWindow of
 // 1e6 per second used to add a million sorted-set members (126 MB) and
 // block Redis for 1.9 s. It is now one weighted entry: well under 1 KB,
 // and another client's PING never waits more than a few milliseconds.
@@ -100,17 +100,17 @@ func TestHugeCostDoesNotBlockRedis(t *testing.T) {
 
 	// Load the scripts and open the connections first: the script cache
 	// and client buffers are Redis memory too, paid once.
-	if _, err := lim.AllowN(ctx, "warm-up", limit, 1); err != nil {
+	if _, err := lim.Allow(ctx, 1, limit.For("warm-up")); err != nil {
 		t.Fatal(err)
 	}
 	// used_memory moves with client buffers too (the pinger's): it is
 	// logged, and the keys' own MEMORY USAGE is what is held to 1 KB.
 	before := usedMemory(t, admin)
 	p := startPinger(t, s)
-	res, err := lim.AllowN(ctx, "uploader", limit, 1_000_000)
+	res, err := lim.Allow(ctx, 1_000_000, limit.For("uploader"))
 	worst := p.halt()
 	if err != nil || !res.Allowed {
-		t.Fatalf("AllowN(1e6) = %+v, %v; want admitted", res, err)
+		t.Fatalf("Allow(1e6) = %+v, %v; want admitted", res, err)
 	}
 	grew := usedMemory(t, admin) - before
 	var keyBytes int64
@@ -121,12 +121,12 @@ func TestHugeCostDoesNotBlockRedis(t *testing.T) {
 		}
 		keyBytes += n
 	}
-	t.Logf("AllowN(1e6): Redis memory +%d B (its keys: %d B), slowest PING meanwhile %v", grew, keyBytes, worst)
+	t.Logf("Allow(1e6): Redis memory +%d B (its keys: %d B), slowest PING meanwhile %v", grew, keyBytes, worst)
 	if keyBytes > 1024 {
-		t.Errorf("one AllowN(1e6) stored %d B of keys, want under 1 KB", keyBytes)
+		t.Errorf("one Allow of cost 1e6 stored %d B of keys, want under 1 KB", keyBytes)
 	}
 	if worst > 20*time.Millisecond {
-		t.Errorf("another client's PING waited %v during AllowN(1e6), want a few ms", worst)
+		t.Errorf("another client's PING waited %v during Allow(1e6), want a few ms", worst)
 	}
 
 	// A log of 100000 small requests, then denials of maximal cost: each
@@ -136,7 +136,7 @@ func TestHugeCostDoesNotBlockRedis(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for i := range 100_000 / 8 {
-				if _, err := lim.Allow(ctx, "crowd", crowd); err != nil {
+				if _, err := lim.Allow(ctx, 1, crowd.For("crowd")); err != nil {
 					t.Errorf("Allow %d/%d: %v", g, i, err)
 					return
 				}
@@ -149,7 +149,7 @@ func TestHugeCostDoesNotBlockRedis(t *testing.T) {
 	if n, _ := admin.ZCard(ctx, "ratelimit:{crowd}:sw3").Result(); n > 1025 {
 		t.Fatalf("the crowd's log holds %d entries, want at most 1025", n)
 	}
-	if p, err := lim.Peek(ctx, "crowd", crowd); err != nil || p.Remaining != 1_000_000-100_000 {
+	if p, err := lim.Peek(ctx, crowd.For("crowd")); err != nil || p.Remaining != 1_000_000-100_000 {
 		t.Fatalf("Peek after 100000 requests: %+v, %v; want 900000 remaining", p, err)
 	}
 	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
@@ -160,7 +160,7 @@ func TestHugeCostDoesNotBlockRedis(t *testing.T) {
 	const denials = 200
 	for i := range denials {
 		// Costs vary by one, as an attacker's would, to miss the deny cache.
-		res, err := lim.AllowN(ctx, "crowd", crowd, 999_000+i)
+		res, err := lim.Allow(ctx, 999_000+i, crowd.For("crowd"))
 		if err != nil || res.Allowed || res.RetryAfter <= 0 {
 			t.Fatalf("denial %d: %+v, %v; want denied with a RetryAfter", i, res, err)
 		}

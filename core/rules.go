@@ -1,0 +1,441 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+)
+
+// Rule is a key under a Limit: what a decision counts against. Every verb
+// of a Limiter (Allow, AllowAtMost, Peek, Wait, Refund, Settle, Renew)
+// takes one or more Rules, and decides them together, all or nothing: a
+// request is admitted only if every Rule admits it, and then counts in
+// every one; refused, it counts in none.
+//
+// One key under several Limits (10 per second and 1000 per hour, or a rate
+// and InFlight) is decided in one script call, atomically. So are several
+// keys, on one Redis server, and on a Redis Cluster when their keys share
+// a hash tag: the part of a key between its first '{' and the next '}', as
+// Redis defines it ("{org:7}:user:42" and "{org:7}" share "org:7"); the
+// rest of the key still names its own state. Keys in different Cluster
+// slots are decided one slot after another, in the order of the Rules:
+// when a later slot refuses (or fails), the units the earlier ones took
+// are given back. That errs on the strict side only: a unit may be held
+// for a round trip and given back, never granted beyond a limit; and a
+// unit taken in a window that ended before it was given back stays
+// counted, as after any Refund. Put the Rule that refuses most first, and
+// a key shared by everyone (a global limit) last: it is then asked only
+// for requests the others admit.
+//
+// A key's first Rule in a decision keeps the same state as that key
+// decided alone under its Limit; its second, third... Rules keep states of
+// their own, so adding a Limit to a key does not mix counters.
+type Rule struct {
+	Key   string
+	Limit Limit
+}
+
+// For is the Rule of key under l: core.PerSecond(10).For("user:42").
+func (l Limit) For(key string) Rule { return Rule{Key: key, Limit: l} }
+
+// Allow decides whether a request of cost n may proceed now, under every
+// Rule, and takes n from each if it may. A denial is a Result with Allowed
+// false; the error is for invalid arguments and Redis failures (the
+// timeout included), when the Result is zero. For Concurrency, the request
+// takes one permit whatever n: alone, n must be 1; beside rate Rules, the
+// permit is taken with their n units. Give the units back with Refund.
+func (l *Limiter) Allow(ctx context.Context, n int, rules ...Rule) (Result, error) {
+	if len(rules) == 1 { // the common call, one step shorter
+		return l.one(ctx, rules[0].Key, rules[0].Limit, n, modeConsume, Result{})
+	}
+	return l.several(ctx, rules, nil, n, modeConsume, everyRule)
+}
+
+// decideRules makes a decision of mode that takes no receipt.
+func (l *Limiter) decideRules(ctx context.Context, n, mode int, rules []Rule) (Result, error) {
+	if len(rules) == 1 {
+		return l.one(ctx, rules[0].Key, rules[0].Limit, n, mode, Result{})
+	}
+	return l.several(ctx, rules, nil, n, mode, everyRule)
+}
+
+// AllowAtMost takes as many units as fit now, up to n, and reports how
+// many in Result.Granted: for batch workers that take what they may. n may
+// exceed the Limit's capacity. It is denied, taking nothing, only when not
+// even one unit fits; RetryAfter is then the wait for one. It takes one
+// rate Rule.
+func (l *Limiter) AllowAtMost(ctx context.Context, n int, rules ...Rule) (Result, error) {
+	if len(rules) != 1 || rules[0].Limit.Algorithm == Concurrency {
+		return Result{}, fmt.Errorf("%w: AllowAtMost takes from one rate Limit, got %d Rules", ErrInvalidCost, len(rules))
+	}
+	return l.one(ctx, rules[0].Key, rules[0].Limit, n, modeAtMost, Result{})
+}
+
+// Peek reports what Allow of one unit would decide now, without taking
+// anything: Remaining is what is left before the request, RetryAfter the
+// wait for one unit.
+func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (Result, error) {
+	return l.decideRules(ctx, 1, modePeek, rules)
+}
+
+// Refund gives back what taken (the Result of a call that admitted a
+// request under rules) took but did not use: the request failed, or should
+// not count. A refund never makes room the limit would not have had if the
+// units had never been taken: the windows count units out only from the
+// window they were taken in (a refund after that window ended gives
+// nothing back), and the buckets give back only what they have not
+// refilled since (nothing once they would be full anyway). For
+// Concurrency, Refund gives the permit back. Zero a Rule's Result in
+// taken.Rules to leave that Rule alone.
+//
+// A receipt is refunded or settled once, under the Rules that took it
+// (same keys, same Algorithms, in the same order); another is refused with
+// ErrInvalidCost. The Limiter cannot tell a second refund or settle of one
+// receipt from a first, and would give its units back again: that the
+// caller must not do. A Limit whose Rate, Period or Burst changed since
+// the take still takes its receipts (the state is the same).
+func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) error {
+	if len(rules) == 1 && taken.Rules == nil {
+		if taken.Granted <= 0 {
+			return nil
+		}
+		_, err := l.one(ctx, rules[0].Key, rules[0].Limit, taken.Granted, modeRefund, taken)
+		return err
+	}
+	_, err := l.several(ctx, rules, &taken, 0, modeRefund, everyRule)
+	return err
+}
+
+// Settle corrects what taken (the Result of a call that admitted a
+// request under rules) took to what the request really used, once that is
+// known (the tokens of a completion, the bytes streamed): it gives back
+// the units not used, as Refund does, or takes the excess even beyond what
+// is left, as a debt that later requests wait out at the Limit's rate (the
+// buckets run below empty; the windows carry what exceeds Rate into the
+// following windows, Rate in each, and refuse every request until the
+// last of them begins: a debt of k x Rate beyond the window's own Rate
+// refuses through the k-th following window, calendar days, ISO weeks and
+// months alike; a calendar debt's RetryAfter and ResetAfter reach no
+// further than the start of the second following window, where a request
+// learns the rest). It returns what the keys have left after the
+// correction. used may be 0 (Refund); used < 0 is ErrInvalidCost. A zero
+// taken charges all of used. Concurrency permits have no cost: Settle
+// leaves them alone. The receipt rules of Refund hold: settle taken once.
+//
+// No used is too large: a larger one never leaves a key a shorter wait.
+// Each state has a deepest debt, and a charge beyond it leaves the state
+// there. A bucket's is the deepest its exact arithmetic holds: the least
+// of 2^52 of its scaled units (a unit is Period/gcd(Period, Rate) of them,
+// Period in µs or, for a Burst over a long Period, in ticks of 10^k µs),
+// which is at least 4 times its Capacity, and what refills in 2^52µs
+// (about 142 years): about 75 billion units (142 years) for
+// PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours. A window
+// charges up to 2^40 units (the largest Rate) of one Settle, more beside a
+// bucket that takes more, and carries a debt no further than 2^52µs after
+// the Unix epoch (the year 2112).
+func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...Rule) (Result, error) {
+	if len(rules) != 1 || taken.Rules != nil {
+		return l.several(ctx, rules, &taken, used, modeCharge, rateRules)
+	}
+	limit := rules[0].Limit
+	n, mode, err := correction(max(taken.Granted, 0), used)
+	if err != nil {
+		return Result{}, err
+	}
+	if n == 0 || limit.Algorithm == Concurrency || taken.Granted <= 0 && mode == modeRefund {
+		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter}, nil
+	}
+	res, err := l.one(ctx, rules[0].Key, limit, n, mode, taken)
+	if err != nil {
+		return Result{}, err
+	}
+	res.Allowed, res.Granted, res.RetryAfter = true, used, 0
+	return res, nil
+}
+
+// correction is what a settle of used units does to a receipt that took
+// granted (>= 0): n units of modeRefund or modeCharge.
+func correction(granted, used int) (n, mode int, err error) {
+	if used < 0 {
+		return 0, 0, fmt.Errorf("%w: used = %d, want >= 0", ErrInvalidCost, used)
+	}
+	if used > granted {
+		return used - granted, modeCharge, nil
+	}
+	return granted - used, modeRefund, nil
+}
+
+// Renew keeps the Concurrency permits that taken holds for another
+// Period; the other Rules are left alone. A request in flight for longer
+// than Period renews its permit, say every half Period, or the permit
+// lapses and counts no more. A permit that had lapsed (a renewal failed or
+// came late) is taken again, atomically, when the key has room for it, as
+// a new request would take it. Allowed reports that taken's request holds
+// its permits for another Period; false means a permit had lapsed and its
+// key is full: the request holds none there, and nothing counts it, so its
+// caller should stop it (httplimit cancels its context).
+func (l *Limiter) Renew(ctx context.Context, taken Result, rules ...Rule) (Result, error) {
+	if len(rules) != 1 || taken.Rules != nil {
+		return l.several(ctx, rules, &taken, 1, modeRenew, permitRules)
+	}
+	if rules[0].Limit.Algorithm != Concurrency {
+		return Result{}, errNotConcurrency
+	}
+	return l.one(ctx, rules[0].Key, rules[0].Limit, 1, modeRenew, taken)
+}
+
+var errNotConcurrency = fmt.Errorf("%w: Renew keeps Concurrency permits only", ErrInvalidLimit)
+
+// Which Rules a verb acts on.
+func everyRule(Limit) bool   { return true }
+func rateRules(l Limit) bool { return l.Algorithm != Concurrency }
+func permitRules(l Limit) bool {
+	return l.Algorithm == Concurrency
+}
+
+// several decides a request under more than one Rule (or a receipt of
+// several), slot by slot (see Rule). For Settle (modeCharge), n is the
+// units used; taken is the receipt of Refund, Settle and Renew.
+func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, mode int, want func(Limit) bool) (Result, error) {
+	if len(rules) == 0 || len(rules) > maxRules {
+		return Result{}, fmt.Errorf("%w: a decision takes 1 to %d Rules, got %d", ErrInvalidLimit, maxRules, len(rules))
+	}
+	for i, r := range rules {
+		if r.Key == "" {
+			return Result{}, fmt.Errorf("rule %d: %w", i, ErrEmptyKey)
+		}
+	}
+	var parts []Result
+	if taken != nil {
+		parts = taken.Rules
+		if parts == nil && len(rules) == 1 {
+			parts = []Result{*taken}
+		}
+		switch {
+		case parts == nil && taken.Granted <= 0 && mode == modeCharge:
+			// A zero receipt: Settle charges all of used to every Rule.
+		case parts == nil && taken.Granted <= 0:
+			return Result{}, nil // nothing to give back or keep
+		case len(parts) != len(rules):
+			return Result{}, fmt.Errorf("%w: a receipt of %d Rules for %d Rules", ErrInvalidCost, max(len(parts), 1), len(rules))
+		}
+	}
+	used, verb := n, mode
+	if mode == modeCharge {
+		var err error
+		if n, mode, err = correction(max(grantedOf(rules, parts), 0), used); err != nil {
+			return Result{}, err
+		}
+	}
+	s := split(rules, l.group)
+	out := make([]Result, len(rules))
+	if verb != modeCharge || n > 0 {
+		for g := range s.groups {
+			err := l.decideSlot(ctx, s, g, rules, parts, n, mode, want, out)
+			if err == nil && (mode != modeConsume || s.admitted(g, out)) {
+				continue
+			}
+			if mode == modeConsume {
+				// This slot refused or failed: the earlier ones give back
+				// what they took, so that the request counts nowhere.
+				l.giveBack(ctx, s, g, rules, out)
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			break
+		}
+	}
+	return s.merge(out, parts, n, used, verb), nil
+}
+
+// slots is the Rules of a decision split by the Redis node that must run
+// them: groups[g] holds the indices of one slot's Rules, in order; tags
+// and index are the Rules' hash tags and their number among their key's
+// Rules; asked marks the Rules Redis decided.
+type slots struct {
+	groups [][]int
+	tags   []string
+	index  []int
+	asked  []bool
+}
+
+func split(rules []Rule, g grouping) *slots {
+	s := &slots{tags: make([]string, len(rules)), index: make([]int, len(rules)), asked: make([]bool, len(rules))}
+	ids := make([]groupID, 0, len(rules))
+	for i, r := range rules {
+		s.tags[i] = escapeTag(r.Key)
+		for j := range i {
+			if rules[j].Key == r.Key {
+				s.index[i]++
+			}
+		}
+		id := g.of(s.tags[i])
+		k := 0
+		for k < len(ids) && ids[k] != id {
+			k++
+		}
+		if k == len(ids) {
+			ids = append(ids, id)
+			s.groups = append(s.groups, nil)
+		}
+		s.groups[k] = append(s.groups[k], i)
+	}
+	return s
+}
+
+// decideSlot decides the Rules of group g that want reports true for (and
+// that took units, for a receipt's verbs) in one script call.
+func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule, parts []Result, n, mode int, want func(Limit) bool, out []Result) error {
+	var limits [maxRules]Limit
+	var index, pos [maxRules]int
+	var tags [maxRules]string
+	rq := request{n: n, mode: mode}
+	k, sameKey := 0, true
+	for _, i := range s.groups[g] {
+		lim := rules[i].Limit
+		if !want(lim) || parts != nil && parts[i].Granted <= 0 {
+			continue
+		}
+		if parts != nil {
+			if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && parts[i].foreign(rules[i].Key, lim.row(), s.index[i]) {
+				return fmt.Errorf("rule %d: %w", i, errForeignReceipt)
+			}
+			if lim.Algorithm == Concurrency {
+				rq.id = parts[i].stamp
+			} else {
+				rq.taken = parts[i].stamp
+			}
+		}
+		if k == 0 {
+			rq.key = rules[i].Key
+		}
+		sameKey = sameKey && rules[i].Key == rq.key
+		limits[k], index[k], pos[k], tags[k] = lim, s.index[i], i, s.tags[i]
+		k++
+	}
+	if k == 0 {
+		return nil // nothing to give back, settle or keep here
+	}
+	if mode == modeRefund && n == 0 {
+		rq.n = grantedOf(rules, parts, pos[:k]...) // Refund's: all they took
+	}
+	pl, err := l.plans.ofRules(limits[:k], index[:k], pos[:k])
+	if err != nil {
+		return err
+	}
+	rq.pl = pl
+	if !sameKey {
+		rq.tags = tags[:k]
+	}
+	var sub [maxRules]Result
+	if err := l.decide(ctx, &rq, sub[:k]); err != nil {
+		return err
+	}
+	for j, i := range pos[:k] {
+		out[i], s.asked[i] = sub[j], true
+		if sub[j].Granted > 0 && mode == modeConsume {
+			out[i].owner = receipt(rules[i].Key, limits[j].row(), index[j])
+		}
+	}
+	return nil
+}
+
+// admitted reports whether every Rule of group g admitted its request.
+func (s *slots) admitted(g int, out []Result) bool {
+	for _, i := range s.groups[g] {
+		if !out[i].Allowed {
+			return false
+		}
+	}
+	return true
+}
+
+// giveBack refunds what the groups before g took. It runs even when ctx
+// has ended, under the Limiter's own timeout; a refund that fails leaves
+// its units taken, on the strict side, until their window ends or their
+// bucket refills them.
+func (l *Limiter) giveBack(ctx context.Context, s *slots, g int, rules []Rule, out []Result) {
+	ctx = context.WithoutCancel(ctx)
+	for h := range g {
+		if err := l.decideSlot(ctx, s, h, rules, out, 0, modeRefund, everyRule, make([]Result, len(out))); err != nil {
+			if log := l.log(); log != nil {
+				log.LogAttrs(ctx, slog.LevelWarn, "redlimit: a refused request's units in another slot were not given back", slog.Any("error", err))
+			}
+		}
+		for _, i := range s.groups[h] {
+			out[i].Granted, out[i].owner = 0, 0
+		}
+	}
+}
+
+// grantedOf is the n the rate Rules of parts took (a Concurrency Rule's
+// Granted is its one permit, whatever the cost), or 1 for permits alone;
+// of the Rules at pos, or of all.
+func grantedOf(rules []Rule, parts []Result, pos ...int) int {
+	if pos == nil {
+		for i := range parts {
+			pos = append(pos, i)
+		}
+	}
+	n := 0
+	for _, i := range pos {
+		if parts[i].Granted <= 0 {
+			continue
+		}
+		if rules[i].Limit.Algorithm == Concurrency {
+			n = max(n, 1)
+			continue
+		}
+		return parts[i].Granted
+	}
+	return n
+}
+
+// merge is the Result of a decision under several Rules, from theirs: the
+// strictest Remaining, RetryAfter, ResetAfter and Delay of the Rules
+// asked. verb is the entry point's mode (modeCharge for Settle), used the
+// units Settle reports, parts the receipt.
+func (s *slots) merge(out, parts []Result, n, used, verb int) Result {
+	res := Result{Allowed: true, Remaining: -1, Rules: out}
+	for i := range out {
+		if !s.asked[i] {
+			if verb == modeCharge && parts != nil {
+				out[i] = parts[i] // a Rule Settle leaves alone keeps its receipt
+			} else if verb == modeConsume || verb == modePeek {
+				res.Allowed = false // a later slot, not asked: an earlier one refused
+			}
+			continue
+		}
+		if verb == modeCharge {
+			out[i].Allowed, out[i].Granted, out[i].RetryAfter = parts == nil || parts[i].Allowed, used, 0
+			if parts != nil {
+				out[i].Granted = parts[i].Granted
+			}
+		}
+		res.Allowed = res.Allowed && out[i].Allowed
+		if res.Remaining < 0 || out[i].Remaining < res.Remaining {
+			res.Remaining = out[i].Remaining
+		}
+		if !out[i].Allowed {
+			res.RetryAfter = max(res.RetryAfter, out[i].RetryAfter)
+		}
+		res.ResetAfter = max(res.ResetAfter, out[i].ResetAfter)
+		res.Delay = max(res.Delay, out[i].Delay)
+		res.Cached = res.Cached || out[i].Cached
+		res.Fallback = res.Fallback || out[i].Fallback
+		res.Leased = res.Leased || out[i].Leased
+	}
+	res.Remaining = max(res.Remaining, 0)
+	switch {
+	case verb == modeCharge:
+		res.Allowed, res.Granted, res.RetryAfter = true, used, 0
+	case !res.Allowed:
+		res.Granted, res.Delay = 0, 0
+	case verb == modeConsume:
+		res.Granted = n
+	case verb == modeRenew:
+		res.Granted = 1
+	}
+	return res
+}
