@@ -116,82 +116,105 @@ func peekRule(t *testing.T, l *Limiter, rules []Rule, i int) int {
 }
 
 // TestRulesModel decides random requests over random sets of keys, each a
-// fixed window that does not roll over (a frozen clock), with random
-// refunds of earlier receipts, and compares every answer with a model that
-// admits a request only when every key has room and then counts it in
-// every key. Run on one server and split by slot.
+// fixed window that does not roll over during the test (a frozen clock,
+// or a window of 30 days on a real server), with random refunds of earlier
+// receipts, and compares every answer with a model that admits a request
+// only when every key has room and then counts it in every key: on one
+// server, split by slot, on a real Redis, and on the real Cluster (where
+// "{org}:u3" and "{org}" share a slot and the rest do not).
 func TestRulesModel(t *testing.T) {
-	ctx := context.Background()
 	for _, split := range []bool{false, true} {
 		t.Run(fmt.Sprintf("split=%v", split), func(t *testing.T) {
 			_, _, l := miniLimiter(t)
 			if split {
 				splitBySlot(l)
 			}
-			rng := rand.New(rand.NewPCG(1, uint64(map[bool]int{false: 1, true: 2}[split])))
-			keys := []string{"u1", "u2", "{org}:u3", "{org}", "global"}
-			limits := map[string]Limit{}
-			used := map[string]int{}
-			for i, k := range keys {
-				limits[k] = with(PerHour(6+3*i), FixedWindow)
-			}
-			type receipt struct {
-				rules []Rule
-				res   Result
-				n     int
-			}
-			var receipts []receipt
-			for step := range 400 {
-				if len(receipts) > 0 && rng.IntN(4) == 0 {
-					i := rng.IntN(len(receipts))
-					rc := receipts[i]
-					receipts = append(receipts[:i], receipts[i+1:]...)
-					if err := l.Refund(ctx, rc.res, rc.rules...); err != nil {
-						t.Fatalf("step %d: Refund: %v", step, err)
-					}
-					for _, r := range rc.rules {
-						used[r.Key] -= rc.n
-					}
-					continue
-				}
-				var rules []Rule
-				for _, i := range rng.Perm(len(keys))[:1+rng.IntN(len(keys))] {
-					rules = append(rules, limits[keys[i]].For(keys[i]))
-				}
-				n := 1 + rng.IntN(3)
-				want := true
-				for _, r := range rules {
-					want = want && used[r.Key]+n <= r.Limit.Rate
-				}
-				res, err := l.Allow(ctx, n, rules...)
-				if err != nil {
-					t.Fatalf("step %d: %v", step, err)
-				}
-				if res.Allowed != want {
-					t.Fatalf("step %d: %d units over %v: Allowed %v, model %v (used %v)", step, n, ruleKeys(rules), res.Allowed, want, used)
-				}
-				least := -1
-				for _, r := range rules {
-					if want {
-						used[r.Key] += n
-					}
-					if left := r.Limit.Rate - used[r.Key]; least < 0 || left < least {
-						least = left
-					}
-				}
-				if want && res.Remaining != least {
-					t.Fatalf("step %d: Remaining %d, model %d", step, res.Remaining, least)
-				}
-				if want {
-					receipts = append(receipts, receipt{rules, res, n})
-				}
-			}
-			for _, k := range keys {
-				if got, want := remaining(t, l, limits[k], k), limits[k].Rate-used[k]; got != want {
-					t.Errorf("%s has %d left, model %d", k, got, want)
-				}
-			}
+			runRulesModel(t, l, time.Hour, uint64(map[bool]int{false: 1, true: 2}[split]))
 		})
+	}
+	month := 30 * 24 * time.Hour
+	t.Run("real", func(t *testing.T) {
+		l, err := New(redistest.Real(t), WithPrefix(fmt.Sprintf("rulesmodel%d", time.Now().UnixNano())), WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		runRulesModel(t, l, month, 3)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		l, err := New(redistest.Cluster(t), WithPrefix(fmt.Sprintf("rulesmodel%d", time.Now().UnixNano())), WithLogger(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		runRulesModel(t, l, month, 4)
+	})
+}
+
+func runRulesModel(t *testing.T, l *Limiter, period time.Duration, seed uint64) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, seed))
+	keys := []string{"u1", "u2", "{org}:u3", "{org}", "global"}
+	limits := map[string]Limit{}
+	used := map[string]int{}
+	for i, k := range keys {
+		limits[k] = Limit{Algorithm: FixedWindow, Rate: 6 + 3*i, Period: period}
+	}
+	type receipt struct {
+		rules []Rule
+		res   Result
+		n     int
+	}
+	var receipts []receipt
+	for step := range 400 {
+		if len(receipts) > 0 && rng.IntN(4) == 0 {
+			i := rng.IntN(len(receipts))
+			rc := receipts[i]
+			receipts = append(receipts[:i], receipts[i+1:]...)
+			if err := l.Refund(ctx, rc.res, rc.rules...); err != nil {
+				t.Fatalf("step %d: Refund: %v", step, err)
+			}
+			for _, r := range rc.rules {
+				used[r.Key] -= rc.n
+			}
+			continue
+		}
+		var rules []Rule
+		for _, i := range rng.Perm(len(keys))[:1+rng.IntN(len(keys))] {
+			rules = append(rules, limits[keys[i]].For(keys[i]))
+		}
+		n := 1 + rng.IntN(3)
+		want := true
+		for _, r := range rules {
+			want = want && used[r.Key]+n <= r.Limit.Rate
+		}
+		res, err := l.Allow(ctx, n, rules...)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if res.Allowed != want {
+			t.Fatalf("step %d: %d units over %v: Allowed %v, model %v (used %v)", step, n, ruleKeys(rules), res.Allowed, want, used)
+		}
+		least := -1
+		for _, r := range rules {
+			if want {
+				used[r.Key] += n
+			}
+			if left := r.Limit.Rate - used[r.Key]; least < 0 || left < least {
+				least = left
+			}
+		}
+		if want && res.Remaining != least {
+			t.Fatalf("step %d: Remaining %d, model %d", step, res.Remaining, least)
+		}
+		if want {
+			receipts = append(receipts, receipt{rules, res, n})
+		}
+	}
+	for _, k := range keys {
+		if got, want := remaining(t, l, limits[k], k), limits[k].Rate-used[k]; got != want {
+			t.Errorf("%s has %d left, model %d", k, got, want)
+		}
 	}
 }
 
