@@ -144,13 +144,21 @@ func TestClusterKeysSpreadOverAllMasters(t *testing.T) {
 	}
 	t.Logf("%d keys per master: %v (DBSIZE %v)", keys, perMaster, sizes)
 
-	// Each key lives in the slot of its tag alone.
-	for _, key := range []string{"user:7", "a{b}c", "}{"} {
+	// Each key lives in the slot of its tag: the key itself, or the hash
+	// tag it holds ("b" of "a{b}c", as Redis reads a key), the key then
+	// following in braces of its own.
+	esc := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#", "%23").Replace
+	for _, tt := range []struct{ key, slotOf, tag string }{
+		{"user:7", "user:7", "user:7"},
+		{"a{b}c", "b", "b}{" + esc("a{b}c")},
+		{"}{", esc("}{"), esc("}{")},
+		{"{}x", esc("{}x"), esc("{}x")},
+	} {
+		key, tag := tt.key, tt.tag
 		if _, err := lim.Allow(ctx, 1, limit.For(key)); err != nil {
 			t.Fatal(err)
 		}
-		tag := strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D", "#", "%23").Replace(key)
-		want, _ := rdb.ClusterKeySlot(ctx, tag).Result()
+		want, _ := rdb.ClusterKeySlot(ctx, tt.slotOf).Result()
 		got, _ := rdb.ClusterKeySlot(ctx, prefix+":{"+tag+"}"+fwKey).Result()
 		if got != want {
 			t.Errorf("key %q: slot %d, want %d (the slot of its tag %q)", key, got, want, tag)
