@@ -83,7 +83,7 @@ type Config struct {
 	// the address of the peer (KeyByIP with the zero ClientIP).
 	Key KeyFunc
 
-	// ServeUnkeyed serves a request the key function cannot key (a
+	// ServeUnkeyed serves a request Key cannot key (a
 	// missing header, no route, no peer address) without any limit. By
 	// default such a request is refused with 400 and
 	// {"error":"missing rate limit key"}: otherwise leaving the key out
@@ -158,7 +158,9 @@ type Scope struct {
 	Name string
 	// Key chooses the Scope's key for a request, as Config.Key does for
 	// the request's own: an organisation's ID, say. A request it cannot
-	// key is refused (or served) as one Config.Key cannot key. Its keys
+	// key is refused with 400 as one Config.Key cannot key, even under
+	// ServeUnkeyed, which would serve it without its own key's limit
+	// (a client would drop the Scope's header to escape both). Its keys
 	// are the Scope's own: "acme" of the Scope "org" never meets "acme" of
 	// another Scope or of Config.Key. nil: one key for every request, a
 	// ceiling on the whole Policy.

@@ -225,7 +225,9 @@ func (d *Decision) Proceed() bool {
 	case OutcomeAllowed, OutcomeFailedOpen:
 		return true
 	case OutcomeNoKey:
-		return p.serveUnkeyed || p.dryRun
+		// ServeUnkeyed is for a request without a key of its own; one
+		// whose Scope cannot be keyed would escape its own key's limit too.
+		return p.serveUnkeyed && d.Key == "" || p.dryRun
 	case OutcomeDenied, OutcomeInFlight, OutcomeFailedClosed:
 		return p.dryRun
 	}
