@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # Start or stop a throwaway 6-node Redis Cluster on loopback for the
-# redlimit tests: ports 7001-7006, 3 masters with 1 replica each.
+# redlimit tests: ports 7001-7006 (REDLIMIT_CLUSTER_PORT moves them), 3
+# masters with 1 replica each.
 #
 #   bash .ci/cluster.sh start    # (re)start it fresh and wait until it is healthy
 #   bash .ci/cluster.sh status   # show cluster info / nodes
 #   bash .ci/cluster.sh stop     # shut the nodes down and remove their data
 #
 # Then: REDIS_CLUSTER_ADDRS=127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003,127.0.0.1:7004,127.0.0.1:7005,127.0.0.1:7006
+#
+# To run the Cluster suites on another server (the compatibility runs of the
+# README), REDIS_SERVER names the server program as it does for the tests,
+# REDIS_CLI the client, and REDLIMIT_CLUSTER_PORT the first of the 6 ports,
+# so that such a cluster can run beside the default one:
+#
+#   REDIS_SERVER=/path/to/valkey-server REDLIMIT_CLUSTER_PORT=7101 bash .ci/cluster.sh start
 #
 # "start" first shuts down any Redis already answering on 7001-7006 (e.g. left
 # over from an earlier run), so the cluster always starts from a known state.
@@ -15,7 +23,10 @@
 set -euo pipefail
 
 HOST=127.0.0.1
-PORTS=(7001 7002 7003 7004 7005 7006)
+BASE=${REDLIMIT_CLUSTER_PORT:-7001}
+PORTS=("$BASE" $((BASE + 1)) $((BASE + 2)) $((BASE + 3)) $((BASE + 4)) $((BASE + 5)))
+SERVER=${REDIS_SERVER:-redis-server}
+CLI=${REDIS_CLI:-redis-cli}
 READY_TIMEOUT=${REDLIMIT_CLUSTER_READY_TIMEOUT:-30} # seconds
 TMP_PREFIX=redlimit-cluster
 
@@ -25,7 +36,7 @@ die() { log "ERROR: $*"; exit 1; }
 cli() { # cli PORT ARGS... : redis-cli that cannot hang forever
 	local port=$1
 	shift
-	timeout 5 redis-cli -h "$HOST" -p "$port" "$@"
+	timeout 5 "$CLI" -h "$HOST" -p "$port" "$@"
 }
 
 answers() { [[ "$(cli "$1" ping 2>/dev/null)" == PONG ]]; }
@@ -135,7 +146,7 @@ healthy() {
 		esac
 	done
 	((masters == 3 && replicas == 3)) || return 1
-	check=$(TERM=dumb timeout 10 redis-cli --cluster check "$HOST:${PORTS[0]}" 2>&1) || return 1
+	check=$(TERM=dumb timeout 10 "$CLI" --cluster check "$HOST:${PORTS[0]}" 2>&1) || return 1
 	grep -q '\[OK\] All nodes agree about slots configuration' <<<"$check" || return 1
 	grep -q '\[OK\] All 16384 slots covered' <<<"$check" || return 1
 	! grep -q '\[ERR\]' <<<"$check"
@@ -161,8 +172,8 @@ dump_logs() {
 }
 
 cmd_start() {
-	command -v redis-server >/dev/null || die "redis-server not found (apt-get install -y redis-server)"
-	command -v redis-cli >/dev/null || die "redis-cli not found (apt-get install -y redis-tools)"
+	command -v "$SERVER" >/dev/null || die "$SERVER not found (apt-get install -y redis-server, or set REDIS_SERVER)"
+	command -v "$CLI" >/dev/null || die "$CLI not found (apt-get install -y redis-tools, or set REDIS_CLI)"
 
 	log "making sure ports ${PORTS[0]}-${PORTS[-1]} are free (shutting down any previous nodes)"
 	cmd_stop
@@ -175,8 +186,8 @@ cmd_start() {
 
 	for port in "${PORTS[@]}"; do
 		mkdir -p "$base/$port"
-		log "starting redis-server on $HOST:$port"
-		redis-server \
+		log "starting $SERVER on $HOST:$port"
+		"$SERVER" \
 			--cluster-enabled yes \
 			--cluster-config-file nodes.conf \
 			--cluster-node-timeout 2000 \
@@ -200,8 +211,8 @@ cmd_start() {
 
 	local addrs=()
 	for port in "${PORTS[@]}"; do addrs+=("$HOST:$port"); done
-	log "redis-cli --cluster create ${addrs[*]} --cluster-replicas 1 --cluster-yes"
-	TERM=dumb timeout 60 redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes </dev/null |
+	log "$CLI --cluster create ${addrs[*]} --cluster-replicas 1 --cluster-yes"
+	TERM=dumb timeout 60 "$CLI" --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes </dev/null |
 		sed 's/^/[cluster create] /' >&2
 
 	log "waiting up to ${READY_TIMEOUT}s for the cluster to be healthy"

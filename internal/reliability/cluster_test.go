@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -174,7 +175,7 @@ func TestClusterKeysSpreadOverAllMasters(t *testing.T) {
 func shardOf(rdb *redis.ClusterClient, slot int64) (master, replica string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	master, replicas := slotNodes(rdb.ClusterShards(ctx), slot)
+	master, replicas := slotNodes(ctx, rdb, slot)
 	if len(replicas) > 0 {
 		replica = replicas[0]
 	}
@@ -182,13 +183,18 @@ func shardOf(rdb *redis.ClusterClient, slot int64) (master, replica string) {
 }
 
 // slotNodes returns the addresses of the master serving slot and of its
-// replicas in a CLUSTER SHARDS reply (go-redis deprecates CLUSTER SLOTS
-// for it). A node counts only while it is online or loading: CLUSTER
-// SHARDS also lists failed nodes, which CLUSTER SLOTS left out as
+// replicas as c sees them, from CLUSTER SHARDS (go-redis deprecates
+// CLUSTER SLOTS for it). A node counts only while it is online or loading:
+// CLUSTER SHARDS also lists failed nodes, which CLUSTER SLOTS left out as
 // replicas, and a Redis that groups nodes by shard id may list a failed
-// old master beside the replica that took over from it.
-func slotNodes(cmd *redis.ClusterShardsCmd, slot int64) (master string, replicas []string) {
-	shards, _ := cmd.Result()
+// old master beside the replica that took over from it. Redis 6.2 has no
+// CLUSTER SHARDS (it came with 7.0): there CLUSTER SLOTS answers.
+func slotNodes(ctx context.Context, c redis.Cmdable, slot int64) (master string, replicas []string) {
+	shards, err := c.ClusterShards(ctx).Result()
+	var refused redis.Error
+	if errors.As(err, &refused) {
+		return slotNodesBefore7(ctx, c, slot)
+	}
 	for _, sh := range shards {
 		if !slices.ContainsFunc(sh.Slots, func(r redis.SlotRange) bool { return r.Start <= slot && slot <= r.End }) {
 			continue
@@ -208,6 +214,22 @@ func slotNodes(cmd *redis.ClusterShardsCmd, slot int64) (master string, replicas
 	return master, replicas
 }
 
+// slotNodesBefore7 is slotNodes from CLUSTER SLOTS, which lists the
+// master of each range first and leaves failed replicas out.
+func slotNodesBefore7(ctx context.Context, c redis.Cmdable, slot int64) (master string, replicas []string) {
+	ranges, _ := c.ClusterSlots(ctx).Result()
+	for _, r := range ranges {
+		if int64(r.Start) > slot || slot > int64(r.End) || len(r.Nodes) == 0 {
+			continue
+		}
+		master = r.Nodes[0].Addr
+		for _, n := range r.Nodes[1:] {
+			replicas = append(replicas, n.Addr)
+		}
+	}
+	return master, replicas
+}
+
 // agreed waits until every node of the cluster says that master serves
 // slot with replica as its replica: gossip has spread the topology.
 func agreed(t *testing.T, slot int64, master, replica string) {
@@ -217,7 +239,7 @@ func agreed(t *testing.T, slot int64, master, replica string) {
 		eventually(t, 30*time.Second, fmt.Sprintf("%s sees %s (replica %s) serve slot %d", addr, master, replica, slot), func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			m, replicas := slotNodes(c.ClusterShards(ctx), slot)
+			m, replicas := slotNodes(ctx, c, slot)
 			return m == master && slices.Equal(replicas, []string{replica})
 		})
 	}
