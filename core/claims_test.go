@@ -40,8 +40,14 @@ func TestPlainDecisionAllocs(t *testing.T) {
 		i++
 	}
 	allow() // the first call loads the plan and connects
-	if got := testing.AllocsPerRun(2000, allow); got > plainDecisionAllocs {
-		t.Errorf("a plain decision allocates %v times, want at most %d", got, plainDecisionAllocs)
+	most := plainDecisionAllocs
+	if !l.funcs.on.Load() {
+		// A server without FUNCTION (Redis 6.2): go-redis' Script.Run
+		// builds its EVALSHA's arguments in a slice of its own.
+		most++
+	}
+	if got := testing.AllocsPerRun(2000, allow); got > float64(most) {
+		t.Errorf("a plain decision allocates %v times, want at most %d (FCALL: %v)", got, most, l.funcs.on.Load())
 	}
 }
 
