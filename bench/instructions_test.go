@@ -2,14 +2,18 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
 )
@@ -42,10 +46,27 @@ func TestInstructions(t *testing.T) {
 	cells := []cell{{1, 1}, {1, 1000}, {16, 1}, {16, 1000}}
 	type result struct {
 		ir, calls float64
+		cmds      string // the commands the script ran, per decision
 	}
 	res := map[string]map[cell]result{}
+	info, err := infoClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every algorithm alone, each decision its own call (the first cell
+	// only): what a lone decision costs, by algorithm.
+	var lone []impl
+	for _, alg := range algorithms {
+		if alg != core.TokenBucket && alg != core.FixedWindow {
+			lone = append(lone, oursAlg(alg, false))
+		}
+	}
 	for _, c := range cells {
-		for _, im := range contenders {
+		list := contenders
+		if c == (cell{1, 1}) {
+			list = append(append([]impl(nil), contenders...), lone...)
+		}
+		for _, im := range list {
 			cl := clientFor(t, im.client)
 			keys, pattern := keySet(c.keys)
 			d, release, err := im.make(cl.rdb, allowed.quota(), keys)
@@ -58,12 +79,17 @@ func TestInstructions(t *testing.T) {
 			}
 			var ir float64
 			var derr error
+			var before, after map[string]int64
 			s := run(c.g, int64(n), 0, c.keys, d, cl.ctr,
-				func() { derr = callgrind(pid, "-z") },
+				func() {
+					before = commandCalls(info)
+					derr = callgrind(pid, "-z")
+				},
 				func() {
 					if derr == nil {
 						ir, derr = dumpInstructions(pid, out)
 					}
+					after = commandCalls(info)
 				})
 			release()
 			if err := unlinkMatching(pattern); err != nil {
@@ -75,21 +101,25 @@ func TestInstructions(t *testing.T) {
 			if s.errs > 0 {
 				t.Fatalf("%s g=%d keys=%d: %d decisions failed, the first: %v", im.name, c.g, c.keys, s.errs, s.firstErr)
 			}
-			r := result{ir: ir / float64(s.ops), calls: float64(s.cmds) / float64(s.ops)}
+			r := result{ir: ir / float64(s.ops), calls: float64(s.cmds) / float64(s.ops), cmds: perDecision(before, after, s.ops)}
 			if res[im.name] == nil {
 				res[im.name] = map[cell]result{}
 			}
 			res[im.name][c] = r
-			t.Logf("g=%d/keys=%d %s: %.0f instructions per decision, %.3f calls per decision", c.g, c.keys, im.name, r.ir, r.calls)
+			t.Logf("g=%d/keys=%d %s: %.0f instructions per decision, %.3f calls per decision, commands %s", c.g, c.keys, im.name, r.ir, r.calls, r.cmds)
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| contender | cell | Redis calls per decision | Redis instructions per decision | ÷ redis_rate | ÷ ulule |\n|---|---|--:|--:|--:|--:|\n")
+	fmt.Fprintf(&b, "\n| contender | cell | Redis calls per decision | Redis instructions per decision | ÷ redis_rate | ÷ ulule | commands run per decision |\n|---|---|--:|--:|--:|--:|---|\n")
 	for _, c := range cells {
 		rr, ul := res[redisRate.name][c].ir, res[ulule.name][c].ir
-		for _, im := range contenders {
+		list := contenders
+		if c == (cell{1, 1}) {
+			list = append(append([]impl(nil), contenders...), lone...)
+		}
+		for _, im := range list {
 			r := res[im.name][c]
-			fmt.Fprintf(&b, "| %s | g=%d/keys=%d | %.2f | %.0f | %.2f | %.2f |\n", im.name, c.g, c.keys, r.calls, r.ir, r.ir/rr, r.ir/ul)
+			fmt.Fprintf(&b, "| %s | g=%d/keys=%d | %.2f | %.0f | %.2f | %.2f | %s |\n", im.name, c.g, c.keys, r.calls, r.ir, r.ir/rr, r.ir/ul, r.cmds)
 		}
 	}
 	t.Log(b.String())
@@ -98,6 +128,44 @@ func TestInstructions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// commandCalls is INFO commandstats: the calls of each command so far,
+// those a script or function ran included.
+func commandCalls(rdb *redis.Client) map[string]int64 {
+	out := map[string]int64{}
+	v, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		return out
+	}
+	for _, line := range strings.Split(v, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, _ := strconv.ParseInt(calls, 10, 64)
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+// perDecision spells the commands run between before and after, per
+// decision, the script calls themselves and the harness' own (INFO,
+// PING) left out: "hincrby 1.00, pttl 1.00".
+func perDecision(before, after map[string]int64, ops int64) string {
+	var parts []string
+	for name, n := range after {
+		switch name {
+		case "fcall", "fcall_ro", "evalsha", "eval", "info", "ping", "function|load", "function|list", "script|load", "script|exists":
+			continue
+		}
+		if d := n - before[name]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, float64(d)/float64(max(ops, 1))))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
 }
 
 // oursFWPlain is the fixed window, every decision its own call: the lone
