@@ -317,8 +317,17 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	if k == 0 {
 		return nil // nothing to give back, settle or keep here
 	}
-	if mode == modeRefund && n == 0 {
+	permits := true
+	for _, lim := range limits[:k] {
+		permits = permits && lim.Algorithm == Concurrency
+	}
+	switch {
+	case mode == modeRefund && n == 0:
 		rq.n = grantedOf(rules, parts, pos[:k]...) // Refund's: all they took
+	case permits && (mode == modeConsume || mode == modePeek):
+		// A slot of permits alone: one per request, whatever the cost the
+		// rate Rules of other slots take (as beside them in one slot).
+		rq.n = 1
 	}
 	pl, err := l.plans.ofRules(limits[:k], index[:k], pos[:k])
 	if err != nil {

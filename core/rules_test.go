@@ -496,3 +496,29 @@ func TestRulesEmptyKeyAnywhere(t *testing.T) {
 		t.Errorf("k has %d left, want 10", got)
 	}
 }
+
+// TestRulesPermitInASlotOfItsOwn: a Concurrency Rule takes one permit
+// whatever the cost, also where it is decided in a slot apart from the
+// rate Rules (split by slot): without the n = 1 of a slot of permits, a
+// request of 5 units is refused there as 5 permits, though one Redis
+// admits it.
+func TestRulesPermitInASlotOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	for _, split := range []bool{false, true} {
+		_, _, l := miniLimiter(t)
+		if split {
+			splitBySlot(l)
+		}
+		rules := []Rule{PerHour(100).For("a"), InFlight(2).For("b")}
+		res, err := l.Allow(ctx, 5, rules...)
+		if err != nil || !res.Allowed || res.Granted != 5 || res.Rules[1].Granted != 1 {
+			t.Fatalf("split=%v: %+v, %v; want 5 units and one permit", split, res, err)
+		}
+		if err := l.Refund(ctx, res, rules...); err != nil {
+			t.Fatal(err)
+		}
+		if got := remaining(t, l, PerHour(100), "a"); got != 100 {
+			t.Errorf("split=%v: a has %d left after the Refund, want 100", split, got)
+		}
+	}
+}
