@@ -138,7 +138,7 @@ func TestRulesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		runRulesModel(t, l, month, 3)
 	})
 	t.Run("cluster", func(t *testing.T) {
@@ -146,7 +146,7 @@ func TestRulesModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
+		defer func() { _ = l.Close() }()
 		runRulesModel(t, l, month, 4)
 	})
 }
@@ -389,7 +389,7 @@ func TestRulesCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 
 	var calls atomic.Int64
 	rdb.AddHook(countScripts{&calls})

@@ -220,7 +220,7 @@ func mustRead(path string) map[block]int64 {
 	if err != nil {
 		fatalf("%v", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	out := map[block]int64{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

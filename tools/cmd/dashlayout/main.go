@@ -133,15 +133,15 @@ func write(w io.Writer, d dashboard) {
 	}
 	width := 24*colW + 2*gap
 	height := header + bottom*rowH + 2*gap
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif">`+"\n",
+	_, _ = fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif">`+"\n",
 		width, height, width, height)
-	fmt.Fprintf(w, `<rect width="%d" height="%d" fill="#111217"/>`+"\n", width, height)
+	_, _ = fmt.Fprintf(w, `<rect width="%d" height="%d" fill="#111217"/>`+"\n", width, height)
 	vars := make([]string, 0, len(d.Templating.List))
 	for _, v := range d.Templating.List {
 		vars = append(vars, "$"+v.Name)
 	}
-	fmt.Fprintf(w, `<text x="%d" y="20" font-size="16" fill="#d8d9da" font-weight="bold">%s</text>`+"\n", gap+6, esc(d.Title))
-	fmt.Fprintf(w, `<text x="%d" y="36" font-size="11" fill="#8e8e8e">Panel layout drawn from the dashboard JSON by tools/cmd/dashlayout: titles, units and queries, no data. Variables: %s</text>`+"\n",
+	_, _ = fmt.Fprintf(w, `<text x="%d" y="20" font-size="16" fill="#d8d9da" font-weight="bold">%s</text>`+"\n", gap+6, esc(d.Title))
+	_, _ = fmt.Fprintf(w, `<text x="%d" y="36" font-size="11" fill="#8e8e8e">Panel layout drawn from the dashboard JSON by tools/cmd/dashlayout: titles, units and queries, no data. Variables: %s</text>`+"\n",
 		gap+6, esc(strings.Join(vars, ", ")))
 	for _, p := range panels {
 		x := gap + p.GridPos.X*colW
@@ -149,20 +149,20 @@ func write(w io.Writer, d dashboard) {
 		pw := p.GridPos.W*colW - gap
 		ph := p.GridPos.H*rowH - gap
 		if p.Type == "row" {
-			fmt.Fprintf(w, `<text x="%d" y="%d" font-size="14" fill="#d8d9da" font-weight="bold">%s</text>`+"\n", x+6, y+ph-6, esc(p.Title))
-			fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#34363c"/>`+"\n", x, y+ph, x+pw, y+ph)
+			_, _ = fmt.Fprintf(w, `<text x="%d" y="%d" font-size="14" fill="#d8d9da" font-weight="bold">%s</text>`+"\n", x+6, y+ph-6, esc(p.Title))
+			_, _ = fmt.Fprintf(w, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#34363c"/>`+"\n", x, y+ph, x+pw, y+ph)
 			continue
 		}
-		fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" rx="3" fill="#181b1f" stroke="#2c3235"/>`+"\n", x, y, pw, ph)
-		fmt.Fprintf(w, `<text x="%d" y="%d" font-size="%d" fill="#d8d9da" font-weight="bold">%s</text>`+"\n", x+8, y+17, titleSz, esc(p.Title))
+		_, _ = fmt.Fprintf(w, `<rect x="%d" y="%d" width="%d" height="%d" rx="3" fill="#181b1f" stroke="#2c3235"/>`+"\n", x, y, pw, ph)
+		_, _ = fmt.Fprintf(w, `<text x="%d" y="%d" font-size="%d" fill="#d8d9da" font-weight="bold">%s</text>`+"\n", x+8, y+17, titleSz, esc(p.Title))
 		meta := p.Type
 		if u := p.FieldConfig.Defaults.Unit; u != "" {
 			meta += " · unit " + u
 		}
-		fmt.Fprintf(w, `<text x="%d" y="%d" font-size="%d" fill="#8e8e8e">%s</text>`+"\n", x+8, y+31, metaSz, esc(meta))
+		_, _ = fmt.Fprintf(w, `<text x="%d" y="%d" font-size="%d" fill="#8e8e8e">%s</text>`+"\n", x+8, y+31, metaSz, esc(meta))
 		queries(w, p, x+8, y+46, pw-16, y+ph-6)
 	}
-	fmt.Fprintln(w, "</svg>")
+	_, _ = fmt.Fprintln(w, "</svg>")
 }
 
 // queries writes p's queries, each prefixed by its legend, wrapped to the
@@ -191,7 +191,7 @@ func queries(w io.Writer, p panel, x, y, width, limit int) {
 		lines[fit-1] = string(last) + "…"
 	}
 	for i, l := range lines {
-		fmt.Fprintf(w, `<text x="%d" y="%d" font-size="%d" fill="#73bf69" font-family="DejaVu Sans Mono, Menlo, monospace" xml:space="preserve">%s</text>`+"\n",
+		_, _ = fmt.Fprintf(w, `<text x="%d" y="%d" font-size="%d" fill="#73bf69" font-family="DejaVu Sans Mono, Menlo, monospace" xml:space="preserve">%s</text>`+"\n",
 			x, y+i*lineH, exprSz, esc(l))
 	}
 }
