@@ -134,7 +134,10 @@ func TestRulesModel(t *testing.T) {
 	}
 	month := 30 * 24 * time.Hour
 	t.Run("real", func(t *testing.T) {
-		l, err := New(redistest.Real(t), WithPrefix(fmt.Sprintf("rulesmodel%d", time.Now().UnixNano())), WithLogger(nil))
+		rdb := redistest.Real(t)
+		prefix := fmt.Sprintf("rulesmodel%d", time.Now().UnixNano())
+		t.Cleanup(func() { dropPrefix(t, rdb, prefix) }) // a 30-day window's keys
+		l, err := New(rdb, WithPrefix(prefix), WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +145,15 @@ func TestRulesModel(t *testing.T) {
 		runRulesModel(t, l, month, 3)
 	})
 	t.Run("cluster", func(t *testing.T) {
-		l, err := New(redistest.Cluster(t), WithPrefix(fmt.Sprintf("rulesmodel%d", time.Now().UnixNano())), WithLogger(nil))
+		rdb := redistest.Cluster(t)
+		prefix := fmt.Sprintf("rulesmodel%d", time.Now().UnixNano())
+		t.Cleanup(func() {
+			_ = rdb.ForEachMaster(context.Background(), func(ctx context.Context, c *redis.Client) error {
+				dropPrefix(t, c, prefix)
+				return nil
+			})
+		})
+		l, err := New(rdb, WithPrefix(prefix), WithLogger(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -520,5 +531,19 @@ func TestRulesPermitInASlotOfItsOwn(t *testing.T) {
 		if got := remaining(t, l, PerHour(100), "a"); got != 100 {
 			t.Errorf("split=%v: a has %d left after the Refund, want 100", split, got)
 		}
+	}
+}
+
+// dropPrefix deletes the keys under prefix on one node.
+func dropPrefix(t *testing.T, rdb redis.Cmdable, prefix string) {
+	ctx := context.Background()
+	keys, err := rdb.Keys(ctx, prefix+":*").Result()
+	for _, k := range keys {
+		if err == nil {
+			err = rdb.Del(ctx, k).Err()
+		}
+	}
+	if err != nil {
+		t.Errorf("deleting %s:*: %v", prefix, err)
 	}
 }
