@@ -24,6 +24,9 @@ const (
 	// FixedWindow admits at most Rate per window of length Period aligned
 	// to the Unix epoch, or per calendar day, week or month (see
 	// Limit.Calendar); up to 2*Rate can pass around a window boundary.
+	// Redis keeps a window's end as its key's expiry, in milliseconds, so
+	// a Period is rounded up to a whole millisecond, and Rate is at most
+	// 2^33 (a calendar's, 2^40).
 	FixedWindow
 	// LeakyBucket shapes traffic: requests leave at an even pace of Rate per
 	// Period, each admitted with the Delay it must wait, while at most Burst
@@ -53,6 +56,10 @@ type algorithm struct {
 	burst bool
 	// ids: every request names a permit (Concurrency).
 	ids bool
+	// tagged: a receipt names the window its units were taken in, the
+	// fifth integer of the script's reply, not the call's clock (a period
+	// FixedWindow, which reads no clock inside a window).
+	tagged bool
 	// queues: an admitted request waits its Result.Delay in a queue that
 	// drains at the rate (LeakyBucket), so Wait measures a deadline
 	// against the queue ahead, not against RetryAfter alone.
@@ -77,8 +84,8 @@ var algorithms = [...]algorithm{
 		local: localWindow, args: func(p params) []int64 { return []int64{p.period, p.rate, p.tick} },
 		// Reset is the end of the next window once the current one counts.
 		leaseLeft: func(r Result, p params) time.Duration { return r.ResetAfter - time.Duration(p.period)*time.Microsecond }},
-	FixedWindow: {name: "fixed_window", script: 4, suffixes: []string{":fw3"}, source: fixedWindowLua,
-		local: localWindow, args: windowArgs,
+	FixedWindow: {name: "fixed_window", script: 4, suffixes: []string{":fw4"}, source: fixedWindowLua,
+		tagged: true, local: localWindow, args: windowArgs,
 		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
 	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
 		burst: true, queues: true, local: localBucket, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},

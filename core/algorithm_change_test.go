@@ -31,7 +31,7 @@ func TestLimitChangeToAnotherAlgorithmStartsWhole(t *testing.T) {
 			}
 			t.Run(from.String()+"→"+to.String(), func(t *testing.T) {
 				mr, _, l := miniLimiter(t)
-				mr.SetTime(redistest.Epoch)
+				redistest.SetTime(mr, redistest.Epoch)
 				first := Limit{Algorithm: from, Rate: 5, Period: time.Hour}
 				then := Limit{Algorithm: to, Rate: 5, Period: time.Hour}
 				if r, err := l.Allow(ctx, 5, first.For("k")); err != nil || !r.Allowed {

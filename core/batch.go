@@ -246,7 +246,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	nl := len(pl.layers)
 	results := make([]Result, nl*len(sorted))
 	if err == nil {
-		err = parseResults(v, results)
+		err = parseResults(v, results, pl)
 	}
 	for i, c := range sorted {
 		copy(c.res[:nl], results[i*nl:])

@@ -364,7 +364,7 @@ func TestBatchOfManyKeysDecidesAsAlone(t *testing.T) {
 					}
 				}
 				now = now.Add(20 * time.Second)
-				mr.SetTime(now)
+				redistest.SetTime(mr, now)
 			}
 			// The batch: one request per key, but keys 5 and 10 hold two,
 			// and key 7 a PEEK and key 8 an AllowAtMost.

@@ -28,7 +28,7 @@ func calendarLimiter(t *testing.T) (*miniredis.Miniredis, *Limiter, func(time.Ti
 	}
 	return mr, l, func(t time.Time) {
 		now = t
-		mr.SetTime(t)
+		redistest.SetTime(mr, t)
 	}
 }
 
@@ -258,11 +258,11 @@ func TestCalendarClockSkew(t *testing.T) {
 	lim := Limit{Algorithm: FixedWindow, Rate: 3, Calendar: Daily}
 	day := time.Date(2026, 5, 10, 23, 59, 0, 0, time.UTC)
 	set(day)
-	mr.SetTime(day.Add(2 * time.Minute)) // Redis is in the next day
+	redistest.SetTime(mr, day.Add(2*time.Minute)) // Redis is in the next day
 	if r, err := l.Allow(ctx, 3, lim.For("k")); err != nil || !r.Allowed || r.ResetAfter != 24*time.Hour-time.Minute {
 		t.Errorf("Redis a day on: %+v, %v; want its own day's window", r, err)
 	}
-	mr.SetTime(day.Add(72 * time.Hour))
+	redistest.SetTime(mr, day.Add(72*time.Hour))
 	if _, err := l.Allow(ctx, 1, lim.For("k")); err == nil || !strings.Contains(err.Error(), "calendar window") {
 		t.Errorf("Redis three days on: %v, want an error about the calendar windows", err)
 	}

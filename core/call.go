@@ -31,13 +31,28 @@ func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any,
 	}
 	if !l.detach {
 		v, err := l.run(ctx, fn, script, keys, args, once)
-		return v, l.wrap(ctx, err)
+		return v, l.wrap(ctx, notWritten(err, pl, keys))
 	}
 	// The call may outlive the caller, whose KEYS buffer is recycled.
 	keys = append([]string(nil), keys...)
-	return l.detached(ctx, func(ctx context.Context) (any, error) {
+	v, err := l.detached(ctx, func(ctx context.Context) (any, error) {
 		return l.run(ctx, fn, script, keys, args, once)
 	})
+	return v, notWritten(err, pl, keys)
+}
+
+// notWritten names the keys of a fixed window's call whose INCRBY found a
+// value that is not an integer: its take adds before it reads (see
+// fw.take), so Redis' error, not the script, reports such a value, and
+// this one names the keys as the scripts' own errors do.
+func notWritten(err error, pl *plan, keys []string) error {
+	if err == nil || len(pl.layers) != 1 || !pl.layers[0].row.tagged || !strings.Contains(err.Error(), "not an integer") {
+		return err
+	}
+	if len(keys) > 3 {
+		keys = append(keys[:3:3], "...")
+	}
+	return fmt.Errorf("redlimit: %s holds a value redlimit did not write: %w", strings.Join(keys, " or "), err)
 }
 
 // run is call's one attempt: the function, or the script when the server

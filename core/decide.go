@@ -265,5 +265,8 @@ func (l *Limiter) runOne(ctx context.Context, rq *request, keys []string, out []
 	if err != nil {
 		return err
 	}
-	return parseResults(v, out)
+	if vals, ok := v.([]any); ok && len(vals) == 2 && single {
+		return parseTake(vals, out, rq)
+	}
+	return parseResults(v, out, rq.pl)
 }

@@ -155,13 +155,13 @@ func TestDenyCacheNeverDeniesWhatRedisAdmits(t *testing.T) {
 func TestDenyCacheForgetsAcrossLimits(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := redistest.Mini(t)
-	mr.SetTime(redistest.Epoch)
+	redistest.SetTime(mr, redistest.Epoch)
 	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient, WithDenyCache(100))
 	strict := Limit{Rate: 2, Period: time.Hour}
 	generous := Limit{Rate: 10, Period: time.Second, Burst: 2}
 	opsMustAllowN(t, l, "k", strict, 2)
 	opsMustDenyN(t, l, "k", strict, 1) // cached for half an hour
-	mr.SetTime(redistest.Epoch.Add(time.Second))
+	redistest.SetTime(mr, redistest.Epoch.Add(time.Second))
 	opsMustAllowN(t, l, "k", generous, 1) // refilled at 10/s: 1 token left
 	want, err := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient).Peek(ctx, strict.For("k"))
 	if err != nil || !want.Allowed {

@@ -24,13 +24,14 @@ import (
 // spent refuses the key, with the wait the new Limit gives" (Limiter's
 // doc): under every algorithm, after 50 of 100 were taken, a Limit of 10
 // never grants a negative count, and a denial's RetryAfter is exact: the
-// request passes after it, not a microsecond before.
+// request passes after it, not a microsecond before (a fixed window's, a
+// millisecond).
 func TestLoweredLimitIsSane(t *testing.T) {
 	ctx := context.Background()
 	for _, a := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
 		t.Run(a.String(), func(t *testing.T) {
 			mr, _, l := miniLimiter(t)
-			at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+			at := func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
 			high := Limit{Algorithm: a, Rate: 100, Period: time.Minute}
 			low := Limit{Algorithm: a, Rate: 10, Period: time.Minute}
 			if a == LeakyBucket {
@@ -61,7 +62,10 @@ func TestLoweredLimitIsSane(t *testing.T) {
 			if r.Allowed {
 				return // the bucket carried what the new capacity holds
 			}
-			at(r.RetryAfter - time.Microsecond)
+			// (A fixed window's RetryAfter is whole ms, up to 1 ms long: see
+			// TestAllowSteps.)
+			early := map[bool]time.Duration{true: time.Millisecond}[a == FixedWindow]
+			at(r.RetryAfter - early - time.Microsecond)
 			if p, _ := l.Peek(ctx, low.For("k")); p.Allowed {
 				t.Errorf("RetryAfter %v, yet one unit passes 1µs before it", r.RetryAfter)
 			}
@@ -130,7 +134,7 @@ func TestRefundAfterItsWindowGivesNothing(t *testing.T) {
 	} {
 		t.Run(tt.lim.Algorithm.String(), func(t *testing.T) {
 			mr, _, l := miniLimiter(t)
-			at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+			at := func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
 			end := time.Second - time.Millisecond // the last ms of the window
 			at(end)
 			taken, err := l.Allow(ctx, 2, tt.lim.For("k"))
@@ -206,7 +210,7 @@ func TestSlidingWindowLogIsBounded(t *testing.T) {
 		redistest.Reduced(t, "the bounded log fills 1500 instants")
 	}
 	for i := range n {
-		mr.SetTime(redistest.Epoch.Add(time.Duration(i) * 10 * time.Second / time.Duration(n)))
+		redistest.SetTime(mr, redistest.Epoch.Add(time.Duration(i)*10*time.Second/time.Duration(n)))
 		if r, err := l.Allow(ctx, 100, lim.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, r, err)
 		}
@@ -223,7 +227,7 @@ func TestSlidingWindowLogIsBounded(t *testing.T) {
 	if r, err := l.Peek(ctx, lim.For("k")); err != nil || r.Remaining != lim.Rate-100*n {
 		t.Errorf("Peek: Remaining %d, %v; want %d", r.Remaining, err, lim.Rate-100*n)
 	}
-	mr.SetTime(redistest.Epoch.Add(30 * time.Second))
+	redistest.SetTime(mr, redistest.Epoch.Add(30*time.Second))
 	if r, err := l.Allow(ctx, 1_000_000, lim.For("k")); err != nil || !r.Allowed {
 		t.Errorf("after the window, AllowN(1e6) = %+v, %v; want admitted", r, err)
 	}
@@ -256,7 +260,7 @@ func TestLongPeriodsAndLargeRates(t *testing.T) {
 					t.Fatalf("Validate: %v", err)
 				}
 				mr, _, l := miniLimiter(t)
-				mr.SetTime(redistest.Epoch)
+				redistest.SetTime(mr, redistest.Epoch)
 				if r, err := l.Allow(ctx, lim.Rate, lim.For("k")); err != nil || !r.Allowed {
 					t.Fatalf("AllowN(Rate) = %+v, %v", r, err)
 				}
@@ -469,7 +473,7 @@ func TestSlidingWindowRefundedLogStaysStrict(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb, l := miniLimiter(t)
 	lim := Limit{Algorithm: SlidingWindow, Rate: 100, Period: 10 * time.Second}
-	at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+	at := func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
 	for i := range 1030 {
 		at(time.Duration(i) * time.Millisecond)
 		r, err := l.Allow(ctx, 1, lim.For("k"))

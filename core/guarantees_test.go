@@ -43,7 +43,7 @@ func TestCalendarRedisClockBehind(t *testing.T) {
 			mr, l, set := calendarLimiter(t)
 			set(tt.app)
 			behind := tt.app.Add(-2 * time.Minute) // the last minute of the window before
-			mr.SetTime(behind)
+			redistest.SetTime(mr, behind)
 			r, err := l.Allow(ctx, 3, tt.lim.For("k"))
 			if err != nil || !r.Allowed || r.ResetAfter != time.Minute {
 				t.Fatalf("Redis a minute before the application's window: AllowN(3) = %+v, %v; "+
@@ -52,7 +52,7 @@ func TestCalendarRedisClockBehind(t *testing.T) {
 			if r, err := l.Allow(ctx, 1, tt.lim.For("k")); err != nil || r.Allowed || r.RetryAfter != time.Minute {
 				t.Errorf("then Allow = %+v, %v; want denied for 1m, until Redis' window ends", r, err)
 			}
-			mr.SetTime(tt.app.Add(-time.Minute)) // Redis reaches the application's window
+			redistest.SetTime(mr, tt.app.Add(-time.Minute)) // Redis reaches the application's window
 			if r, err := l.Allow(ctx, 3, tt.lim.For("k")); err != nil || !r.Allowed {
 				t.Errorf("Redis in the application's window: AllowN(3) = %+v, %v; want its whole quota: "+
 					"the first 3 counted in Redis' own window", r, err)
@@ -61,7 +61,7 @@ func TestCalendarRedisClockBehind(t *testing.T) {
 				t.Errorf("a 4th unit in one window: %+v, want denied", r)
 			}
 			// Further behind than a window: an error, not a count.
-			mr.SetTime(tt.lim.Calendar.start(behind, time.UTC).Add(-time.Minute))
+			redistest.SetTime(mr, tt.lim.Calendar.start(behind, time.UTC).Add(-time.Minute))
 			if _, err := l.Allow(ctx, 1, tt.lim.For("other")); err == nil || !strings.Contains(err.Error(), "calendar window") {
 				t.Errorf("Redis more than a window behind: %v, want an error about the calendar windows", err)
 			}

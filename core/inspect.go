@@ -38,7 +38,7 @@ var stateReaders = map[string]stateReader{
 	":sw3":  slidingLogState,
 	":sw3m": stringState(slidingMetaState),
 	":swc3": stringState(windowCounterState),
-	":fw3":  stringState(fixedWindowState),
+	":fw4":  periodWindowState,
 	":cw3":  stringState(fixedWindowState),
 	":lb3":  stringState(leakyBucketState),
 	":cc3":  permitsState,
@@ -187,6 +187,31 @@ func fixedWindowState(v string, now int64) ([]inspect.Field, error) {
 		fields = append(fields, count("window_ordinal", n[3]))
 	}
 	return ahead(fields, n[0], now), nil
+}
+
+// periodWindowState: an integer, tag * 2^36 + count (plus 2^35 while the
+// window lies ahead, holding a debt), whose expiry is the window's end.
+func periodWindowState(ctx context.Context, rdb redis.Cmdable, key string, now int64) ([]inspect.Field, error) {
+	v, err := rdb.Get(ctx, key).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("holds a value that is not a state redlimit writes: %w", err)
+	}
+	ttl, terr := rdb.PTTL(ctx, key).Result()
+	if err != nil || terr != nil {
+		return nil, errors.Join(err, terr)
+	}
+	const m, aheadBit = 1 << 36, 1 << 35
+	if v < m || ttl < 0 {
+		return nil, fmt.Errorf("holds %d with TTL %v, not a fixed window redlimit writes", v, ttl)
+	}
+	c, end := v%m, now+ttl.Microseconds()
+	fields := []inspect.Field{instant("window_end", end), count("count", c%aheadBit), count("window_tag", v/m)}
+	if c >= aheadBit {
+		// Refused until the window starts, a Period (the Limit's, not
+		// the state's) before its end: debt_until says the end.
+		fields = append(fields, instant("debt_until", end))
+	}
+	return fields, nil
 }
 
 // windowCounterState: "<start> <count> <previous>".

@@ -163,14 +163,14 @@ func (w *opsWallClock) DialHook(next redis.DialHook) redis.DialHook { return nex
 
 func (w *opsWallClock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		w.mr.SetTime(redistest.Epoch.Add(time.Since(w.start)))
+		redistest.SetTime(w.mr, redistest.Epoch.Add(time.Since(w.start)))
 		return next(ctx, cmd)
 	}
 }
 
 func (w *opsWallClock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		w.mr.SetTime(redistest.Epoch.Add(time.Since(w.start)))
+		redistest.SetTime(w.mr, redistest.Epoch.Add(time.Since(w.start)))
 		return next(ctx, cmds)
 	}
 }
@@ -509,7 +509,7 @@ func TestAllowLayersTTL(t *testing.T) {
 func TestAllowLayersLimitChangeToSlowerKeepsState(t *testing.T) {
 	ctx := context.Background()
 	mr, rdb := redistest.Mini(t)
-	mr.SetTime(redistest.Epoch)
+	redistest.SetTime(mr, redistest.Epoch)
 	l := opsNew(t, rdb, WithPrefix(opsPrefix(t)), opsPatient)
 	hourly := Limit{Algorithm: SlidingWindow, Rate: 100, Period: time.Hour}
 	before := []Limit{PerSecond(5), hourly}

@@ -328,14 +328,14 @@ func TestLeaseGiveBackAfterItsWindowGivesNothing(t *testing.T) {
 	plain := opsNew(t, rdb, opsPatient) // the same keys, no leases
 	limit := Limit{Algorithm: FixedWindow, Rate: 100, Period: time.Minute}
 	first := redistest.Epoch.Truncate(time.Minute).Add(time.Minute)
-	mr.SetTime(first.Add(time.Second))
+	redistest.SetTime(mr, first.Add(time.Second))
 	for range 8 { // leases of 1, 2, 4, then 8 with 7 unspent: 15 taken in Redis
 		if r, err := l.Allow(ctx, 1, limit.For("k")); err != nil || !r.Allowed {
 			t.Fatalf("Allow: %+v, %v", r, err)
 		}
 	}
 	e, gen := leaseHolding(t, l, "k", 7)
-	mr.SetTime(first.Add(time.Minute + time.Second)) // the next window
+	redistest.SetTime(mr, first.Add(time.Minute+time.Second)) // the next window
 	if r, err := plain.Allow(ctx, 95, limit.For("k")); err != nil || !r.Allowed {
 		t.Fatalf("AllowN(95) in the next window: %+v, %v", r, err)
 	}

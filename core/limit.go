@@ -76,7 +76,10 @@ var ErrInvalidLimit = errors.New("core: invalid limit")
 const (
 	maxRate        = 1 << 40
 	maxConcurrency = 1 << 20
-	maxPeriod      = 1 << 46 // µs
+	// maxWindowRate bounds a period FixedWindow's Rate: its state holds
+	// the count in the low 35 bits of an integer (see fixed_window.lua).
+	maxWindowRate = 1 << 33
+	maxPeriod     = 1 << 46 // µs
 	// maxScaled bounds a scaled capacity (a bucket's, or a counter
 	// window's rate times its ticks), so that every sum a script forms
 	// stays below 2^53, which a Lua (IEEE double) number holds exactly.
@@ -134,6 +137,9 @@ func (l Limit) params() (params, error) {
 	period := l.Period.Microseconds()
 	if l.Period%time.Microsecond != 0 {
 		period++
+	}
+	if l.Algorithm == FixedWindow { // a window ends with its key's expiry: whole ms
+		period = ceilDiv(period, 1000) * 1000
 	}
 	p := params{period: period, rate: int64(l.Rate), capacity: int64(l.Capacity()), maxDelay: l.MaxDelay.Microseconds(), tick: 1}
 	if p.maxDelay == 0 && l.MaxDelay > 0 {
@@ -195,6 +201,8 @@ func (l Limit) check() error {
 		return bad("Period must be >= 1µs, got %v", l.Period)
 	case l.Period > maxPeriod*time.Microsecond:
 		return bad("Period must be <= 2^46µs (about 2.2 years), got %v", l.Period)
+	case l.Algorithm == FixedWindow && l.Rate > maxWindowRate:
+		return bad("Rate must be <= 2^33 for a FixedWindow over a Period, got %d", l.Rate)
 	case l.Algorithm == Concurrency && l.Rate > maxConcurrency:
 		return bad("Rate must be <= 2^20 for Concurrency, got %d", l.Rate)
 	case l.Algorithm == Concurrency && l.Period < time.Millisecond:

@@ -59,7 +59,7 @@ type allow struct {
 func runAllow(t *testing.T, mr *miniredis.Miniredis, l *Limiter, key string, lim Limit, steps []allow) {
 	t.Helper()
 	for i, s := range steps {
-		mr.SetTime(redistest.Epoch.Add(s.t))
+		redistest.SetTime(mr, redistest.Epoch.Add(s.t))
 		r, err := l.Allow(context.Background(), s.n, lim.For(key))
 		if err != nil {
 			t.Fatalf("step %d (t=%v, n=%d): %v", i, s.t, s.n, err)
@@ -74,7 +74,10 @@ func runAllow(t *testing.T, mr *miniredis.Miniredis, l *Limiter, key string, lim
 	}
 }
 
-const µs = time.Microsecond
+const (
+	µs = time.Microsecond
+	ms = time.Millisecond
+)
 
 func TestAllowSteps(t *testing.T) {
 	tests := []struct {
@@ -146,24 +149,27 @@ func TestAllowSteps(t *testing.T) {
 			{0, 1, false, 0, 10 * µs, 0},
 			{10 * µs, 1, true, 0, 0, time.Second - 10*µs},
 		}},
+		// A fixed window's waits are read from its key's expiry: whole
+		// ms, 1 ms more than the window's end, as Redis keeps a key
+		// through the ms its expiry names (see fixed_window.lua).
 		{"fixed window 3 per second", with(PerSecond(3), FixedWindow), []allow{
 			{0, 3, true, 0, 0, 0},
-			{0, 1, false, 0, time.Second, 0},
-			{time.Second - µs, 1, false, 0, µs, 0},
+			{0, 1, false, 0, time.Second + ms, 0},
+			{time.Second - µs, 1, false, 0, ms, 0},
 			{time.Second, 1, true, 2, 0, 0},
 			{1500 * time.Millisecond, 2, true, 0, 0, 0},
-			{1900 * time.Millisecond, 1, false, 0, 100 * time.Millisecond, 0},
+			{1900 * time.Millisecond, 1, false, 0, 101 * time.Millisecond, 0},
 		}},
 		// Epoch is 03:04:05: the hour's window ends in 55m55s.
 		{"fixed window 1 per hour", with(PerHour(1), FixedWindow), []allow{
 			{0, 1, true, 0, 0, 0},
-			{time.Second, 1, false, 0, 55*time.Minute + 54*time.Second, 0},
-			{55*time.Minute + 55*time.Second - µs, 1, false, 0, µs, 0},
+			{time.Second, 1, false, 0, 55*time.Minute + 54*time.Second + ms, 0},
+			{55*time.Minute + 55*time.Second - µs, 1, false, 0, ms, 0},
 			{55*time.Minute + 55*time.Second, 1, true, 0, 0, 0},
 		}},
 		{"fixed window 100000 per second", with(PerSecond(100000), FixedWindow), []allow{
 			{0, 100000, true, 0, 0, 0},
-			{0, 1, false, 0, time.Second, 0},
+			{0, 1, false, 0, time.Second + ms, 0},
 			{time.Second, 100000, true, 0, 0, 0},
 		}},
 		{"sliding window 3 per second", with(PerSecond(3), SlidingWindow), []allow{
@@ -311,13 +317,14 @@ func TestLimitChange(t *testing.T) {
 				{0, 1, false, 0, 50 * ms, 0}, // 20 queued now drain at 20/s
 			}},
 		}},
+		// A fixed window's waits are whole ms, 1 ms long (see TestAllowSteps).
 		{"fixed window", []phase{
 			{with(PerSecond(3), FixedWindow), []allow{{0, 3, true, 0, 0, 0}}},
-			{with(PerSecond(5), FixedWindow), []allow{{0, 2, true, 0, 0, 0}, {0, 1, false, 0, time.Second, 0}}},
-			{with(PerSecond(2), FixedWindow), []allow{{0, 1, false, 0, time.Second, 0}}},
-			{with(PerMinute(6), FixedWindow), []allow{ // a longer period extends this window
+			{with(PerSecond(5), FixedWindow), []allow{{0, 2, true, 0, 0, 0}, {0, 1, false, 0, time.Second + ms, 0}}},
+			{with(PerSecond(2), FixedWindow), []allow{{0, 1, false, 0, time.Second + ms, 0}}},
+			{with(PerMinute(6), FixedWindow), []allow{ // a longer period starts when this window ends
 				{500 * ms, 1, true, 0, 0, 0},
-				{500 * ms, 1, false, 0, time.Minute - 500*ms, 0},
+				{500 * ms, 1, false, 0, 501 * ms, 0},
 			}},
 		}},
 		{"sliding window", []phase{
@@ -418,7 +425,8 @@ func TestLimitChangeToSlowerKeepsState(t *testing.T) {
 		{PerSecond(5), Limit{Rate: 5, Period: 10 * time.Second}, 1},
 		{PerSecond(10), Limit{Rate: 1, Period: time.Second, Burst: 10}, 2},
 		{with(PerSecond(5), LeakyBucket), Limit{Algorithm: LeakyBucket, Rate: 5, Period: 10 * time.Second}, 1},
-		{with(PerSecond(5), FixedWindow), Limit{Algorithm: FixedWindow, Rate: 5, Period: 10 * time.Second}, 1},
+		// (Not a FixedWindow over a Period: its state is its window, whose
+		// end is its key's expiry, whatever the Limit becomes.)
 		{with(PerSecond(5), SlidingWindow), Limit{Algorithm: SlidingWindow, Rate: 5, Period: 10 * time.Second}, 1},
 		{with(PerSecond(5), SlidingWindowCounter), Limit{Algorithm: SlidingWindowCounter, Rate: 5, Period: 10 * time.Second}, 1},
 	} {
@@ -465,7 +473,25 @@ func TestClockStepBack(t *testing.T) {
 		for _, back := range []time.Duration{µs, 300 * time.Millisecond, 5 * time.Second, 24 * time.Hour} {
 			t.Run(fmt.Sprintf("%s/%v", lim.Algorithm, back), func(t *testing.T) {
 				mr, _, l := miniLimiter(t)
-				at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+				at := func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
+				if lim.Algorithm == FixedWindow {
+					// Its window ends at its key's expiry, an instant: on a
+					// Redis whose clock steps back, every TTL grows by the
+					// step, which miniredis does not do. The clock here does.
+					now := time.Duration(0)
+					at = func(d time.Duration) {
+						mr.SetTime(redistest.Epoch.Add(d))
+						for _, k := range mr.Keys() {
+							if d < now {
+								mr.SetTTL(k, mr.TTL(k)+now-d)
+							}
+						}
+						if d > now {
+							mr.FastForward(d - now)
+						}
+						now = d
+					}
+				}
 				base := 48 * time.Hour
 				at(base)
 				if r, err := l.Allow(ctx, 3, lim.For("k")); err != nil || !r.Allowed {
@@ -484,13 +510,15 @@ func TestClockStepBack(t *testing.T) {
 				if got.Allowed || got.Remaining != 0 {
 					t.Fatalf("%v back: %+v, want denied with nothing remaining", back, got)
 				}
-				if got.RetryAfter != want.RetryAfter+back {
+				// (A fixed window's waits are whole ms, up to 1 ms long.)
+				slack := map[bool]time.Duration{true: ms}[lim.Algorithm == FixedWindow]
+				if d := got.RetryAfter - (want.RetryAfter + back); d < -slack || d > slack {
 					t.Errorf("%v back: RetryAfter %v, want %v (%v + the step)", back, got.RetryAfter, want.RetryAfter+back, want.RetryAfter)
 				}
-				if got.ResetAfter != want.ResetAfter+back {
+				if d := got.ResetAfter - (want.ResetAfter + back); d < -slack || d > slack {
 					t.Errorf("%v back: ResetAfter %v, want %v", back, got.ResetAfter, want.ResetAfter+back)
 				}
-				at(base - back + got.RetryAfter - µs)
+				at(base - back + got.RetryAfter - slack - µs)
 				if r, _ := l.Allow(ctx, 1, lim.For("k")); r.Allowed {
 					t.Errorf("admitted 1µs before RetryAfter: %+v", r)
 				}
@@ -676,9 +704,13 @@ func TestParseReplyNeverPanics(t *testing.T) {
 		{"int element", []any{int64(1), 1, 0, 0, 0, 0}},
 		{"nested", []any{int64(1), []any{}, int64(0), int64(0), int64(0), int64(0)}},
 	}
+	pl, err := newPlan([]Limit{PerSecond(1)}, []int{0}, []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range tests {
 		var out [1]Result
-		if err := parseResults(tt.v, out[:]); !errors.Is(err, errBadReply) {
+		if err := parseResults(tt.v, out[:], pl); !errors.Is(err, errBadReply) {
 			t.Errorf("%s: parseResults(%#v) = %+v, %v, want errBadReply", tt.name, tt.v, out[0], err)
 		}
 	}
@@ -800,6 +832,25 @@ func TestTTL(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(keys, want) {
 				t.Fatalf("keys written: %q, want just the key's own %q", keys, want)
+			}
+			if lim.Algorithm == FixedWindow {
+				// Its key expires at the window's end (PXAT): ResetAfter
+				// less the ms a Redis keeps a key through its expiry's.
+				end := r.ResetAfter - ms
+				for _, k := range keys {
+					if ttl := mr.TTL(k); ttl != end {
+						t.Fatalf("TTL %s = %v, want ResetAfter %v less 1ms", k, ttl, r.ResetAfter)
+					}
+				}
+				mr.FastForward(end - time.Microsecond)
+				if !mr.Exists(keys[0]) {
+					t.Fatalf("key %s gone 1µs before its window ends", keys[0])
+				}
+				mr.FastForward(time.Microsecond)
+				if keys := mr.Keys(); len(keys) != 0 {
+					t.Fatalf("keys still there after their window: %q", keys)
+				}
+				return
 			}
 			ttl := max(time.Millisecond, (r.ResetAfter + time.Millisecond - 1).Truncate(time.Millisecond))
 			for _, k := range keys {

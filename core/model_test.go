@@ -839,7 +839,10 @@ func propCases() []propCase {
 		return Limit{Algorithm: LeakyBucket, Rate: rate, Period: period, Burst: burst, MaxDelay: maxDelay}
 	}
 	var cases []propCase
-	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, FixedWindow, LeakyBucket} {
+	// (Not FixedWindow: its window ends with its key's expiry, in whole ms,
+	// which this model's µs clock that steps back does not follow.
+	// TestFixedWindowSweep models it.)
+	for _, a := range []Algorithm{TokenBucket, SlidingWindow, SlidingWindowCounter, LeakyBucket} {
 		add := func(name string, lim Limit, maxN, steps int, alts ...Limit) {
 			lim.Algorithm = a
 			for i := range alts {

@@ -28,7 +28,7 @@ func TestRenewTakesALapsedPermitAgain(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mr, _, l := miniLimiter(t)
-			at := func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+			at := func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
 			took := func(key, what string) Result {
 				t.Helper()
 				r, err := l.Allow(ctx, 1, c.rules(key)...)

@@ -66,7 +66,8 @@ type Result struct {
 	Rules []Result
 
 	// stamp is the Redis TIME (µs) of the decision, which a refund names;
-	// for Concurrency, the permit's id.
+	// for Concurrency, the permit's id; for a period FixedWindow, the tag
+	// of the window the units were taken in.
 	stamp int64
 	// owner names the state the units were taken from (see receipt), so
 	// that a refund or a settle on another is refused.
@@ -100,11 +101,33 @@ func (r Result) foreign(key string, row *algorithm, layer int) bool {
 // never send (a proxy in the way, or a script of another version).
 var errBadReply = errors.New("core: unexpected reply from redis")
 
+// parseTake turns the two-integer reply of a fixed window's lone take
+// (see one in scripts/driver.lua) into its Result: the window's tag times
+// 2^36 plus the units remaining, negative when refused, and the wait in
+// µs (until the window ends: ResetAfter, and RetryAfter when refused).
+func parseTake(vals []any, out []Result, rq *request) error {
+	x, ok1 := vals[0].(int64)
+	wait, ok2 := vals[1].(int64)
+	if !ok1 || !ok2 || x == 0 || wait <= 0 || len(out) != 1 || !rq.pl.layers[0].row.tagged {
+		return fmt.Errorf("%w: a take's reply %v", errBadReply, vals)
+	}
+	const m = 1 << 36
+	r := Result{Allowed: x > 0, Granted: rq.n, ResetAfter: time.Duration(wait) * time.Microsecond}
+	if x < 0 {
+		x = -x
+		r.Granted, r.RetryAfter = 0, r.ResetAfter
+	}
+	r.Remaining, r.stamp = int(x%m), x/m
+	out[0] = r
+	return nil
+}
+
 // parseResults turns a script's reply into Results: the clock, then five
-// integers per result. It checks every type and what a Result promises (a
-// denial says how long to wait), so a changed script or a proxy yields an
-// error, never a panic nor a caller that retries at once forever.
-func parseResults(v any, out []Result) error {
+// integers per result, for each request each layer of pl. It checks every
+// type and what a Result promises (a denial says how long to wait), so a
+// changed script or a proxy yields an error, never a panic nor a caller
+// that retries at once forever.
+func parseResults(v any, out []Result, pl *plan) error {
 	vals, ok := v.([]any)
 	if !ok || len(vals) != 1+5*len(out) {
 		return fmt.Errorf("%w: want %d integers, got %T of %d", errBadReply, 1+5*len(out), v, len(vals))
@@ -130,6 +153,14 @@ func parseResults(v any, out []Result) error {
 			ResetAfter: time.Duration(ints[3]) * time.Microsecond,
 			Delay:      time.Duration(ints[4]) * time.Microsecond,
 			stamp:      clock,
+		}
+		if pl.layers[i%len(pl.layers)].row.tagged {
+			out[i].Delay = 0
+			// (A plan of several layers reads the clock, which names
+			// every layer's window.)
+			if len(pl.layers) == 1 {
+				out[i].stamp = ints[4]
+			}
 		}
 		if ints[1] < 0 || ints[2] < 0 || ints[3] < 0 || ints[4] < 0 {
 			return fmt.Errorf("%w: negative integer in %v", errBadReply, ints)

@@ -79,8 +79,8 @@ func buildLibrary() (name, src string) {
 	sum := sha256.Sum256([]byte(code))
 	name = "redlimit_" + hex.EncodeToString(sum[:6])
 	return name, "#!lua name=" + name + "\n" + code +
-		"redis.register_function('" + name + "', function(keys, args) return run(keys, args) end)\n" +
-		"redis.register_function('" + name + "_1', function(keys, args) return one(keys, args) end)\n"
+		"redis.register_function('" + name + "', run)\n" +
+		"redis.register_function('" + name + "_1', one)\n"
 }
 
 // evalScript is a script with its source, for the calls that send EVAL

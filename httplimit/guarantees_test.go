@@ -38,7 +38,7 @@ func (c *realClock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if name != "evalsha" && name != "eval" && name != "fcall" {
 			return next(ctx, cmd)
 		}
-		c.mr.SetTime(redistest.Epoch.Add(time.Since(c.start)))
+		redistest.SetTime(c.mr, redistest.Epoch.Add(time.Since(c.start)))
 		err := next(ctx, cmd)
 		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
 			return err // go-redis sends the script itself next: one call
@@ -452,7 +452,7 @@ func TestInFlightPermitBackWhenGlobalRefuses(t *testing.T) {
 	if d := p.Decide(from("192.0.2.2")); d.Outcome != OutcomeDenied {
 		t.Fatalf("another key over the Global: %v (err %v), want denied", d.Outcome, d.Err)
 	}
-	mr.SetTime(redistest.Epoch.Add(time.Minute)) // the Global's next window; the lease runs for an hour
+	redistest.SetTime(mr, redistest.Epoch.Add(time.Minute)) // the Global's next window; the lease runs for an hour
 	d := p.Decide(from("192.0.2.2"))
 	if d.Outcome != OutcomeAllowed {
 		t.Errorf("the key the Global refused, a window later: %v (err %v), want allowed: the refused request kept its permit", d.Outcome, d.Err)
@@ -478,10 +478,10 @@ func TestLoweredLimitOverHTTP(t *testing.T) {
 	}{
 		// (The leaky bucket is left to core's TestLoweredLimitIsSane: a
 		// Policy sleeps its Delay on the real clock, 300 times here.)
-		{core.TokenBucket, false, false, 0},                 // the bucket holds at most its new burst, 200
-		{core.FixedWindow, false, true, 30 * time.Second},   // the window's end
-		{core.FixedWindow, true, true, 0},                   // a lease remembers the denial on the process' clock
-		{core.SlidingWindow, false, true, 40 * time.Second}, // until 101 entries left: the 101st was at 10s
+		{core.TokenBucket, false, false, 0},                                // the bucket holds at most its new burst, 200
+		{core.FixedWindow, false, true, 30*time.Second + time.Millisecond}, // the window's end (from its key's expiry: 1 ms more)
+		{core.FixedWindow, true, true, 0},                                  // a lease remembers the denial on the process' clock
+		{core.SlidingWindow, false, true, 40 * time.Second},                // until 101 entries left: the 101st was at 10s
 		{core.SlidingWindowCounter, false, true, 0},
 	} {
 		name := c.alg.String()
@@ -510,14 +510,14 @@ func TestLoweredLimitOverHTTP(t *testing.T) {
 			// fixed window, and a sliding log of 300 entries.
 			start := redistest.Epoch.Truncate(time.Minute).Add(time.Minute)
 			for i := range 300 {
-				mr.SetTime(start.Add(time.Duration(i) * 100 * time.Millisecond))
+				redistest.SetTime(mr, start.Add(time.Duration(i)*100*time.Millisecond))
 				if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
 					t.Fatalf("request %d under 1000/min: %v (%v)", i+1, d.Outcome, d.Err)
 				}
 			}
 			lowered.Store(true)
 			for i := range 3 {
-				mr.SetTime(start.Add(30*time.Second + time.Duration(i)*time.Second))
+				redistest.SetTime(mr, start.Add(30*time.Second+time.Duration(i)*time.Second))
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				r := from("192.0.2.1")
 				r.ctx = ctx

@@ -303,20 +303,20 @@ func TestIETFSlidingWindowAbove1024(t *testing.T) {
 	// a multiple of both 976 and 977, so t0 and t0+400µs share one.
 	const lcm = 976 * 977
 	t0 := time.UnixMicro((redistest.Epoch.UnixMicro()/lcm + 1) * lcm)
-	mr.SetTime(t0)
+	redistest.SetTime(mr, t0)
 	_, h := decide(p, from("192.0.2.9"))
 	if got := h.Get("RateLimit-Policy"); got != `"http";q=2048;w=2` {
 		t.Fatalf("RateLimit-Policy %q, want w=2: a second and a 1024th, rounded up", got)
 	}
-	mr.SetTime(t0.Add(400 * time.Microsecond))
+	redistest.SetTime(mr, t0.Add(400*time.Microsecond))
 	if d := p.DecideN(from("192.0.2.9"), 2047); d.Outcome != OutcomeAllowed {
 		t.Fatalf("the other 2047 units: %v", d.Outcome)
 	}
-	mr.SetTime(t0.Add(time.Second))
+	redistest.SetTime(mr, t0.Add(time.Second))
 	if d := p.Decide(from("192.0.2.9")); d.Outcome != OutcomeDenied {
 		t.Fatalf("one unit a Period after the first: %v; the shared entry should still count it", d.Outcome)
 	}
-	mr.SetTime(t0.Add(time.Second + time.Second/1024))
+	redistest.SetTime(mr, t0.Add(time.Second+time.Second/1024))
 	if d := p.Decide(from("192.0.2.9")); d.Outcome != OutcomeAllowed {
 		t.Errorf("one unit a Period and a 1024th after the first: %v, want admitted", d.Outcome)
 	}

@@ -89,7 +89,7 @@ func inflightFleet(t *testing.T, lease time.Duration, fail FailPolicy) (p1 *Poli
 		l := newLimiter(t, rdb, core.WithPrefix(prefix), core.WithBreaker(0, 0))
 		policies[i] = mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, InFlightLease: lease, Fail: fail})
 	}
-	at = func(d time.Duration) { mr.SetTime(redistest.Epoch.Add(d)) }
+	at = func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
 	return policies[0], calls, policies[1], at
 }
 

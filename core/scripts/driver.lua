@@ -13,41 +13,55 @@
 --        names them), then the stamp of the take for REFUND and RENEW, then
 --        the permit id when a layer's algorithm has ids (Concurrency)
 -- Reply  clock (Redis TIME, µs: the stamp of every decision of the call,
---        which a REFUND names), then for each request, for each layer, five
---        integers: granted units (0: this layer denies; for PEEK the n that
---        would pass; 0 for REFUND, CHARGE and RENEW but a kept permit's 1),
---        remaining units after it, retry_after µs (0 unless denied),
---        reset_after µs (until the quota is whole), delay µs (LeakyBucket:
---        how long an admitted request waits before it proceeds)
+--        which a REFUND names; 0 when no layer needed it, see own), then for
+--        each request, for each layer, five integers: granted units (0: this
+--        layer denies; for PEEK the n that would pass; 0 for REFUND, CHARGE
+--        and RENEW but a kept permit's 1), remaining units after it,
+--        retry_after µs (0 unless denied), reset_after µs (until the quota
+--        is whole), and delay µs (LeakyBucket: how long an admitted request
+--        waits before it proceeds), or for a period FixedWindow the window's
+--        tag, the stamp a REFUND of its units names
 --
 -- Under several layers a request is admitted only if every layer admits
 -- it, and then takes from each; when any layer denies, none is taken, and
 -- each layer's reply says whether it alone would admit. Nothing runs
 -- between the two passes: a call is atomic.
+local vals0 = {} -- (no values: the algorithm reads its own)
+
 local function run(keys, args)
   if not call then init() end
-  now()
   local nl = tonumber(args[1])
   local layers, ids = {}, false
   for i = 1, nl do
-    layers[i] = limit(args[1 + i])
+    layers[i] = specs[args[1 + i]] or limit(args[1 + i])
     ids = ids or layers[i].A.ids
   end
+  -- (Several layers' requests share one stamp: the clock.)
+  local own = nl == 1 and layers[1].A.own
   local a = 2 + nl
   -- (MGET rather than GET: a key of another type, a Concurrency set,
-  -- reads as nil instead of failing.)
-  local vals = call('MGET', unpack(keys))
+  -- reads as nil instead of failing.) Layers that read their own state
+  -- (own) read the clock only if they need it.
+  local vals = vals0
+  if own then
+    clock = 0
+  else
+    now()
+    vals = call('MGET', unpack(keys))
+  end
   local out, o, k = {clock}, 1, 1
   local st, resets = {}, {}
   -- A key of one request, a CONSUME, under one layer with a take (most
   -- keys of a batch over many keys) is decided as one decides it: no
   -- table for its state.
   local take = nl == 1 and layers[1].A.take
+  local p1 = layers[1].p
   local nkeys = #keys
   while k <= nkeys do
-    local code = take and args[a] == '1' and tonumber(args[a + 1])
+    -- (A take of one unit, code 8, is the common request: no tonumber.)
+    local code = take and args[a] == '1' and (args[a + 1] == '8' and 8 or tonumber(args[a + 1]))
     if code and code % 8 == CONSUME then
-      local g, r, rt, rs, d = take(keys[k], vals[k], layers[1].p, code / 8)
+      local g, r, rt, rs, d = take(keys[k], vals[k], p1, code / 8)
       out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
       o, k, a = o + 5, k + 1, a + 2
     else
@@ -102,20 +116,35 @@ local function run(keys, args)
       for i = 1, nl do layers[i].A.save(st[i], layers[i].p, resets[i], nonpeek) end
     end
   end
+  out[1] = clock
   return out
 end
 
 -- one is run for the common call, one request on one state under one
 -- Limit: ARGV its Limit, then the request as run takes it (code, stamp,
--- id). The last code's n and mode are kept, as limit keeps the Limit.
+-- id). The last code's n and mode are kept, as limit keeps the Limit. It
+-- replies as run does, or for a fixed window's take, in two integers.
 local last_code, last_n, last_mode
 local vals1 = {}
 
 local function one(keys, args)
   if not call then init() end
-  now()
-  local l = limit(args[1])
+  local l = specs[args[1]] or limit(args[1])
   local A, p = l.A, l.p
+  if A.own then
+    clock = 0
+    if args[2] == '8' then
+      -- A fixed window's take of one unit (code 8, the common call)
+      -- that has one wait replies in two integers, as the peers do: its
+      -- tag and remaining units, negative when refused, and the wait.
+      local _, r, rt, rs, d = A.take(keys[1], nil, p, 1)
+      if rt == 0 then return {d * 68719476736 + r, rs} end
+      if rt == rs then return {-(d * 68719476736 + r), rt} end
+      return {clock, 0, r, rt, rs, d}
+    end
+  else
+    now()
+  end
   local a, n, mode = 2, last_n, last_mode
   if args[2] ~= last_code then
     local code = tonumber(args[2])
@@ -132,6 +161,8 @@ local function one(keys, args)
   if A.ids then
     id = args[a + 1]
     vals[1] = nil -- (a set: its load reads it itself)
+  elseif A.own then
+    vals = vals0 -- (it reads its own)
   elseif A.nkeys == 1 then
     vals[1] = call('GET', keys[1])
   else

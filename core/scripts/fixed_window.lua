@@ -1,41 +1,229 @@
--- Fixed window: at most rate units per window. Windows are aligned to the
--- Unix epoch (multiples of period), so every instance agrees on where one
--- starts; or, for a calendar Limit, they are the calendar days, weeks or
--- months whose starts the client computes in its time zone and sends.
+-- Fixed window: at most rate units per window. Windows over a period are
+-- aligned to the Unix epoch on Redis' clock (multiples of period, a whole
+-- number of ms), so every instance agrees on where one starts; or, for a
+-- calendar Limit, they are the calendar days, weeks or months whose starts
+-- the client computes in its time zone and sends.
 --
--- State    one string key: "<start> <count>" (period windows) or
---          "<start> <wend> <count>[ <ordinal>]" (calendar windows): the
---          window's start and end µs, the units admitted in it (above rate
---          after the Limit was lowered, or in debt), and, for a debt
---          (count above rate), the window's ordinal
--- Limit    params (see limit in the prelude), period windows: period µs, rate units per window
---          calendar windows: rate, then b1 < b2 < b3 < b4, the starts (µs)
---          of four consecutive windows, the client's current one second,
---          then o1 < o2 < o3 < o4, their ordinals (the days, ISO weeks or
---          months since 1970 of the dates that name them)
+-- Period windows (fw) keep the window's end in the expiry of one integer
+-- key, so that a take inside a window is INCRBY and PTTL, as cheap as a
+-- window that starts at a key's first request, and reads no clock:
 --
--- The counter lives beside its window's start, not in a key per window, so
--- a longer period extends the current window instead of opening a fresh
--- one. A state whose window lies ahead of Redis' clock refuses every
--- request until the clock reaches it: it holds a debt (CHARGE) carried
--- into later windows, or Redis' clock stepped back. A calendar debt stays
--- in its window instead, and the windows after it pay it, rate in each,
--- counted by their ordinals (see cw.load): the client names only four
--- windows, and a debt may outlast them. A REFUND counts its
--- units out only if they were taken in the state's window: units of a
--- window that has ended left with it. retry_after and reset_after are
--- measured from Redis' clock.
-local fw = {nkeys = 1, nparams = 2}
+-- State    v = tag * 2^36 + count, expiring when the window ends
+--   count  the units counted in the window (above rate after the Limit was
+--          lowered), plus AHEAD (2^35) while the window lies ahead of the
+--          clock: it holds the rest of a debt (CHARGE) carried into it,
+--          and refuses every request until its window comes
+--   tag    1 + the window's index (its start / period) modulo 131071, never
+--          0: the receipt of a take, so that a REFUND counts its units out
+--          only in the window they were taken in. A key a take finds
+--          holding just the n it added (INCRBY created it) is a window
+--          that starts: only then is TIME read, to align its end.
+-- Limit    params (see limit in the prelude): period µs (a whole number of
+--          ms), rate units per window (at most 2^33, so that count plus
+--          a take never reaches AHEAD nor the tag)
+--
+-- A window lasts until its key expires, whatever the Limit becomes or
+-- Redis' clock does: a longer or shorter period starts with the next
+-- window, and a clock that steps back does not end a window early. Waits
+-- are measured from the key's expiry (ms), or from Redis' clock where a
+-- window starts.
+--
+-- Calendar windows (cw) keep a string "<start> <wend> <count>[ <ordinal>]":
+-- the window's start and end µs, the units admitted in it, and, for a debt
+-- (count above rate), the window's ordinal. Their Limit: rate, then
+-- b1 < b2 < b3 < b4, the starts (µs) of four consecutive windows, the
+-- client's current one second, then o1 < o2 < o3 < o4, their ordinals (the
+-- days, ISO weeks or months since 1970 of the dates that name them). A
+-- state whose window lies ahead of Redis' clock refuses every request until
+-- the clock reaches it (Redis' clock stepped back). A calendar debt stays
+-- in its window, and the windows after it pay it, rate in each, counted by
+-- their ordinals (see cw.load): the client names only four windows, and a
+-- debt may outlast them. A REFUND counts its units out only if they were
+-- taken in the state's window.
+local fw = {nkeys = 1, nparams = 2, own = true}
 local cw = {nkeys = 1, nparams = 9}
 
+local FW_M, FW_AHEAD, FW_TAGS = 68719476736, 34359738368, 131071 -- 2^36, 2^35, 2^17 - 1
+
 function fw.params(args, a)
-  return {period = tonumber(args[a]), rate = tonumber(args[a + 1])}
+  local period = tonumber(args[a])
+  return {period = period, period_ms = period / 1000, rate = tonumber(args[a + 1])}
 end
 
 function cw.params(args, a)
   return {rate = tonumber(args[a]),
     b = {tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3]), tonumber(args[a + 4])},
     o = {tonumber(args[a + 5]), tonumber(args[a + 6]), tonumber(args[a + 7]), tonumber(args[a + 8])}}
+end
+
+-- fw_tag is the tag of the window of p that holds t (µs).
+local function fw_tag(p, t)
+  return floor(t / p.period) % FW_TAGS + 1
+end
+
+-- fw_open sets st to the window of p that holds Redis' clock, from its
+-- start: at its end (Unix ms), left µs until its key is gone, and its tag.
+-- (Redis keeps a key through the ms its expiry names: every wait measured
+-- from an expiry is 1 ms longer, so that it is never short.)
+local function fw_open(st, p)
+  if clock == 0 then now() end
+  local start = floor(clock / p.period) * p.period
+  st.left, st.at, st.tag = start + p.period - clock + 1000, (start + p.period) / 1000, fw_tag(p, clock)
+end
+
+-- fw.load reads its state itself (own): GET and PTTL, and TIME only where
+-- a window starts.
+function fw.load(keys, k, _, p)
+  local key = keys[k]
+  local st = {key = key, count = 0, ahead = false, found = false, dirty = false}
+  local v = call('GET', key)
+  if v then
+    local ttl = call('PTTL', key)
+    v = tonumber(v)
+    if not v or v < FW_M or v >= 2 ^ 53 or v % 1 ~= 0 or ttl < 0 then corrupt(key) end
+    local c = v % FW_M
+    st.found, st.tag, st.ttl, st.left = true, (v - c) / FW_M, ttl, (ttl + 1) * 1000
+    if c >= FW_AHEAD then
+      c = c - FW_AHEAD
+      -- The debt's window has come: it counts from here.
+      if ttl > p.period_ms then st.ahead = true else st.dirty = true end
+    elseif clock ~= 0 and ttl == 0 and fw_tag(p, clock) == st.tag % FW_TAGS + 1 then
+      -- A call that read Redis' clock (of several layers, whose stamp is
+      -- the clock) in the last ms of a window, which its key outlives:
+      -- by the clock, the next window has begun.
+      c = 0
+      fw_open(st, p)
+    end
+    st.count = c
+    return st
+  end
+  fw_open(st, p)
+  return st
+end
+
+-- A debt beyond the window's rate carries into the following windows,
+-- rate in each: the state moves to the window where the remainder falls,
+-- no further than 2^52 µs from now.
+local function fw_carry(st, p)
+  local k = min(ceil(st.count / p.rate) - 1, floor((2 ^ 52 - st.left) / p.period))
+  if k < 1 then return end
+  -- (Clipped there, the rest of the debt is forgiven: 142 years on.)
+  st.left, st.count, st.ahead = st.left + k * p.period, min(st.count - k * p.rate, p.rate), true
+  st.tag = (st.tag - 1 + k) % FW_TAGS + 1
+  if st.at then st.at = st.at + k * p.period_ms else st.ttl = st.ttl + k * p.period_ms end
+end
+
+-- window_waits are retry_after for need units (0: none refused), reset_after
+-- and the units remaining, of a window that starts in start µs (< 0: it
+-- has started) and ends in wend µs, and counts count.
+local function window_waits(p, start, wend, count, ahead, need)
+  local retry, reset, remaining = 0, 0, 0
+  if need > 0 then
+    if ahead and count + need <= p.rate then retry = start else retry = wend end
+  end
+  if ahead then
+    reset = start
+    if count > 0 then reset = wend end
+  else
+    if count > 0 then reset = wend end
+    remaining = max(0, p.rate - count)
+  end
+  return retry, reset, remaining
+end
+
+-- need is the units a request that took granted of n was refused (0: none).
+local function refused(granted, n, mode)
+  if granted > 0 or mode > ATMOST then return 0 end
+  if mode == ATMOST then return 1 end
+  return n
+end
+
+-- fw.decide returns, after granted, remaining and the waits, the window's
+-- tag: the receipt a REFUND names.
+function fw.decide(st, p, n, mode, stamp)
+  local count, granted = st.count, 0
+  if mode == REFUND then
+    -- (A stamp beyond the tags is the clock of a call of several layers.)
+    if stamp > FW_TAGS then stamp = fw_tag(p, stamp) end
+    if st.found and not st.ahead and stamp == st.tag then count = max(0, count - n) end
+  elseif mode == CHARGE then
+    count = count + n
+  elseif mode == RENEW or st.ahead then
+    -- (nothing to keep; a window ahead refuses)
+  elseif count + n <= p.rate then
+    granted = n
+  elseif mode == ATMOST then
+    granted = max(0, p.rate - count)
+  end
+  if granted > 0 and mode ~= PEEK then count = count + granted end
+  if count ~= st.count or st.dirty then
+    st.count, st.dirty = count, true
+    if mode == CHARGE and count > p.rate then fw_carry(st, p) end
+  end
+  local retry, reset, remaining = window_waits(p, st.left - p.period, st.left, st.count, st.ahead, refused(granted, n, mode))
+  return granted, remaining, retry, reset, st.tag
+end
+
+-- fw.save writes a changed state, never for a PEEK (which a take that finds
+-- a state to mend leaves as it is): its expiry where the window is new
+-- (at) or moved, else the one it has. An empty window is no state.
+function fw.save(st, p, reset, nonpeek)
+  if not st.dirty or not nonpeek then return end
+  if st.count == 0 and not st.ahead then
+    if st.found then call('DEL', st.key) end
+    return
+  end
+  local v = st.tag * FW_M + st.count
+  if st.ahead then v = v + FW_AHEAD end
+  v = fmt('%d', v)
+  if st.at then
+    call('SET', st.key, v, 'PXAT', fmt('%d', st.at))
+  elseif st.ahead then -- (carried: moved)
+    call('SET', st.key, v, 'PX', fmt('%d', st.ttl))
+  else
+    call('SET', st.key, v, 'KEEPTTL')
+  end
+end
+
+-- take is one CONSUME of n, one's common call and a batch's key of one:
+-- INCRBY, then PTTL, and nothing else inside a window that has room.
+-- Whatever else it finds (a window that starts, one ahead or opened under
+-- another period, a refusal) takes the INCRBY back and is decided as load,
+-- decide and save decide it.
+function fw.take(key, _, p, n)
+  local ns = n == 1 and '1' or fmt('%d', n)
+  -- (A value that is not an integer fails here, with Redis' error; the
+  -- client names the key.)
+  local v = call('INCRBY', key, ns)
+  if v >= FW_M then
+    local count = v % FW_M
+    local ttl = call('PTTL', key)
+    if ttl >= 0 and count - n < FW_AHEAD then
+      local tag, wait = (v - count) / FW_M, (ttl + 1) * 1000
+      if count <= p.rate then return n, p.rate - count, 0, wait, tag end
+      -- The window is full: the take is taken back.
+      call('DECRBY', key, ns)
+      count = count - n
+      local reset = 0
+      if count > 0 then reset = wait end
+      return 0, max(0, p.rate - count), wait, reset, tag
+    end
+    call('DECRBY', key, ns)
+  elseif v == n and n <= p.rate then
+    -- A window starts.
+    local st = {}
+    fw_open(st, p)
+    call('SET', key, fmt('%d', st.tag * FW_M + n), 'PXAT', fmt('%d', st.at))
+    return n, p.rate - n, 0, st.left, st.tag
+  elseif v == n then
+    call('DEL', key)
+  else
+    call('DECRBY', key, ns)
+  end
+  local st = fw.load({key}, 1, nil, p)
+  local g, r, rt, rs, d = fw.decide(st, p, n, CONSUME, 0)
+  fw.save(st, p, rs, true)
+  return g, r, rt, rs, d
 end
 
 -- cw_window returns the index in p.b of the calendar window holding t.
@@ -47,27 +235,6 @@ local function cw_window(p, t)
   if t < b[2] then return 1 end
   if t < b[3] then return 2 end
   return 3
-end
-
--- fw_at is the window that state value v (nil: no state) counts in at
--- clock: its start and end, the units counted in it, and whether it lies
--- ahead of the clock.
-local function fw_at(p, key, v)
-  local start = floor(clock / p.period) * p.period
-  if not v then return start, start + p.period, 0, false end
-  local s, count = match(v, '^(%d+) (%d+)$')
-  if not count then corrupt(key) end
-  s = tonumber(s)
-  if clock < s + p.period then return s, s + p.period, tonumber(count), s > clock end
-  -- (A window that began off the epoch's grid, under another period, is
-  -- followed, not overlapped.)
-  start = max(start, s + p.period)
-  return start, start + p.period, 0, false
-end
-
-function fw.load(keys, k, vals, p)
-  local start, wend, count, ahead = fw_at(p, keys[k], vals[k])
-  return {key = keys[k], start = start, wend = wend, count = count, ahead = ahead, found = vals[k] ~= nil, dirty = false}
 end
 
 -- cw.load's state is the clock's window (st.i its index in p.b), or a
@@ -97,49 +264,21 @@ function cw.load(keys, k, vals, p)
   return st
 end
 
--- A debt beyond the window's rate carries into the following windows, rate
--- in each: the state moves to the window where the remainder falls.
-function fw.carry(st, p)
-  local k = min(ceil(st.count / p.rate) - 1, floor((2 ^ 52 - st.wend) / p.period))
-  st.start, st.wend = st.start + k * p.period, st.wend + k * p.period
-  st.count = st.count - k * p.rate
-end
-
--- window_waits are retry_after for need units (0: none refused), reset_after
--- and the units remaining, of a window [start, wend) that counts count.
-local function window_waits(p, start, wend, count, ahead, need)
-  local retry, reset, remaining = 0, 0, 0
-  if need > 0 then
-    if ahead and count + need <= p.rate then retry = start - clock else retry = wend - clock end
-  end
-  if ahead then
-    reset = start - clock
-    if count > 0 then reset = wend - clock end
-  else
-    if count > 0 then reset = wend - clock end
-    remaining = max(0, p.rate - count)
-  end
-  return retry, reset, remaining
-end
-
-function fw.waits(p, st, count, need)
-  return window_waits(p, st.start, st.wend, count, st.ahead, need)
-end
-
 -- A calendar debt's waits: the m-th window after the state's counts
 -- count - m * rate. They reach no further than the last window the client
 -- named: a request then learns the rest.
 function cw.waits(p, st, count, need)
   if count <= p.rate or st.ahead or not st.i then
-    return window_waits(p, st.start, st.wend, count, st.ahead, need)
+    return window_waits(p, st.start - clock, st.wend - clock, count, st.ahead, need)
   end
   local retry, last = 0, min(4, st.i + ceil(count / p.rate))
   if need > 0 then retry = p.b[min(last, st.i + ceil((count + need - p.rate) / p.rate))] - clock end
   return retry, p.b[last] - clock, 0
 end
 
--- window_decide decides for both: A is fw or cw.
-local function window_decide(A, st, p, n, mode, stamp)
+-- cw.decide decides as fw.decide, for a state whose window is [st.start,
+-- st.wend) on Redis' clock.
+function cw.decide(st, p, n, mode, stamp)
   local count, granted = st.count, 0
   if mode == REFUND then
     if not st.ahead and stamp >= st.start and stamp < st.wend then count = max(0, count - n) end
@@ -153,29 +292,9 @@ local function window_decide(A, st, p, n, mode, stamp)
     granted = max(0, p.rate - count)
   end
   if granted > 0 and mode ~= PEEK then count = count + granted end
-  if count ~= st.count then
-    st.count, st.dirty = count, true
-    if mode == CHARGE and count > p.rate and A.carry then
-      A.carry(st, p)
-      st.ahead = st.start > clock
-      count = st.count
-    end
-  end
-  local need = 0
-  if granted == 0 and mode == ATMOST then need = 1 elseif granted == 0 and mode <= ATMOST then need = n end
-  local retry, reset, remaining = A.waits(p, st, count, need)
+  if count ~= st.count then st.count, st.dirty = count, true end
+  local retry, reset, remaining = cw.waits(p, st, count, refused(granted, n, mode))
   return granted, remaining, retry, reset, 0
-end
-
-function fw.decide(st, p, n, mode, stamp) return window_decide(fw, st, p, n, mode, stamp) end
-function cw.decide(st, p, n, mode, stamp) return window_decide(cw, st, p, n, mode, stamp) end
-
-local function fw_value(start, count)
-  return fmt('%d %d', start, count)
-end
-
-local function fw_encode(st)
-  return fw_value(st.start, st.count)
 end
 
 local function cw_encode(st)
@@ -183,52 +302,6 @@ local function cw_encode(st)
   return fmt('%d %d %d %d', st.start, st.wend, st.count, st.ord)
 end
 
-function fw.save(st, p, reset, nonpeek) persist(st, reset, nonpeek, fw_encode) end
-
--- fw_prefix is "<start> ", how a state counted in the window of p that
--- holds clock begins, and its start. The library keeps both in p until
--- the window ends (p is its parsed Limit, see limit), so the common take
--- reads its state with no pattern match and no conversion of the start.
-local function fw_prefix(p)
-  local start = floor(clock / p.period) * p.period
-  if p.start ~= start then
-    p.start = start
-    p.prefix = fmt('%d ', start)
-  end
-  return p.prefix, start
-end
-
--- take is one CONSUME of n, one's common call, with no table for the
--- state (see tb.take).
-function fw.take(key, v, p, n)
-  local prefix, start = fw_prefix(p)
-  local wend, count, ahead = start + p.period, 0, false
-  if v then
-    -- A state of this window (the common case) as fw_at reads it; any
-    -- other, fw_at reads.
-    count = nil
-    if sub(v, 1, #prefix) == prefix then count = tonumber(sub(v, #prefix + 1)) end
-    if not count or count < 0 or count % 1 ~= 0 then
-      start, wend, count, ahead = fw_at(p, key, v)
-    end
-  end
-  local granted, need = 0, n
-  if not ahead and count + n <= p.rate then
-    granted, need = n, 0
-    count = count + n
-  end
-  local retry, reset, remaining = window_waits(p, start, wend, count, ahead, need)
-  if granted > 0 then
-    if start == p.start then
-      write(key, prefix .. fmt('%d', count), reset)
-    else
-      write(key, fw_value(start, count), reset)
-    end
-  elseif v then
-    keep(key, reset)
-  end
-  return granted, remaining, retry, reset, 0
-end
 -- A debt that outlasts the windows the client named keeps its key 32 days
 -- (more than any calendar window) for each window more, so that it is not
 -- forgiven by its key expiring. Only a debt needs its window's ordinal:

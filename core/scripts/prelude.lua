@@ -31,7 +31,8 @@ local REFUND = 3  -- give back n units taken at the stamp's instant
 local CHARGE = 4  -- take n more units even beyond what is left: a debt
 local RENEW = 5   -- keep the permit named by the stamp (Concurrency)
 
--- clock is Redis TIME in µs, read once per call (see now), so that every
+-- clock is Redis TIME in µs, read once per call (see now), or 0 until an
+-- algorithm that reads its own state (own: the fixed window) needs it, so that every
 -- decision of one call is taken at the same Redis instant. Waits are
 -- measured from it. Each state keeps its own time too, and never moves
 -- back when Redis' clock does (a failover to a replica whose clock is
@@ -47,6 +48,8 @@ end
 -- algorithms[Algorithm + 1] is an algorithm's table:
 --   nkeys, nparams   how many KEYS one state takes, and params its Limit has
 --   ids              every request carries a stamp (a permit's id)
+--   own              load reads the state itself (vals are not read), and
+--                    the call reads TIME only when it needs it (clock 0)
 --   params(args, a)  the Limit read from args[a ..]
 --   load(keys, k, vals, p) the state in keys[k ..], whose string values
 --                    (MGET) are vals[k ..]
@@ -66,7 +69,8 @@ local algorithms = {}
 -- loaded library keeps the last 256 between calls, so the common call
 -- converts no number for its Limit (a script keeps them for its call).
 -- What it returns is shared: no caller changes it, but to keep what it
--- derives from it (see fw_prefix).
+-- derives from it. (A hot caller looks specs up itself first: a Lua
+-- call costs more than the lookup.)
 local specs, nspecs = {}, 0
 
 local function limit(spec)

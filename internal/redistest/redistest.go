@@ -261,3 +261,25 @@ func (b *LogBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// highs is the latest time SetTime set on each miniredis.
+var highs sync.Map // *miniredis.Miniredis -> time.Time
+
+// SetTime sets mr's clock to t, and counts its keys' TTLs down by as much
+// as t passes the latest time it set, as a real Redis' keys expire with
+// its clock: mr.SetTime alone leaves every TTL where it was, so a window
+// that ends with its key's expiry (a FixedWindow's) would never end. A
+// step back moves the clock only; a real Redis' expiries are instants, so
+// its keys do not come back either.
+func SetTime(mr *miniredis.Miniredis, t time.Time) {
+	mr.SetTime(t)
+	prev, _ := highs.Load(mr)
+	high, ok := prev.(time.Time)
+	if !ok {
+		high = Epoch
+	}
+	if d := t.Sub(high); d > 0 {
+		mr.FastForward(d)
+		highs.Store(mr, t)
+	}
+}

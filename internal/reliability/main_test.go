@@ -14,7 +14,7 @@ const (
 	swKey  = ":sw3"  // SlidingWindow's log
 	swmKey = ":sw3m" // SlidingWindow's second key
 	tbKey  = ":tb3"  // TokenBucket
-	fwKey  = ":fw3"  // FixedWindow
+	fwKey  = ":fw4"  // FixedWindow
 )
 
 // TestMain runs the suite under CI or with REDIS_URL, and says so otherwise.
