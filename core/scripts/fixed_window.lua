@@ -71,6 +71,18 @@ local function fw_open(st, p)
   st.left, st.at, st.tag = start + p.period - clock + 1000, (start + p.period) / 1000, fw_tag(p, clock)
 end
 
+-- fw_end is the end (µs) of the window of state st: the one with st's
+-- tag among those its TTL, which is whole ms, may end.
+local function fw_end(st, p)
+  if st.at then return st.at * 1000 end
+  if clock == 0 then now() end
+  local i = floor((clock + st.left) / p.period)
+  for e = i - 1, i + 1 do
+    if (e - 1) % FW_TAGS + 1 == st.tag then return e * p.period end
+  end
+  return i * p.period
+end
+
 -- fw.load reads its state itself (own): GET and PTTL, and TIME only where
 -- a window starts.
 function fw.load(keys, k, _, p)
@@ -82,11 +94,14 @@ function fw.load(keys, k, _, p)
     v = tonumber(v)
     if not v or v < FW_M or v >= 2 ^ 53 or v % 1 ~= 0 or ttl < 0 then corrupt(key) end
     local c = v % FW_M
-    st.found, st.tag, st.ttl, st.left = true, (v - c) / FW_M, ttl, (ttl + 1) * 1000
+    st.found, st.tag, st.left = true, (v - c) / FW_M, (ttl + 1) * 1000
     if c >= FW_AHEAD then
+      -- A window ahead: on Redis' clock, exactly (its TTL is whole ms).
       c = c - FW_AHEAD
+      local wend = fw_end(st, p)
+      st.left = wend - clock + 1000
       -- The debt's window has come: it counts from here.
-      if ttl > p.period_ms then st.ahead = true else st.dirty = true end
+      if clock < wend - p.period then st.ahead = true else st.dirty = true end
     elseif clock ~= 0 and ttl == 0 and fw_tag(p, clock) == st.tag % FW_TAGS + 1 then
       -- A call that read Redis' clock (of several layers, whose stamp is
       -- the clock) in the last ms of a window, which its key outlives:
@@ -103,14 +118,16 @@ end
 
 -- A debt beyond the window's rate carries into the following windows,
 -- rate in each: the state moves to the window where the remainder falls,
--- no further than 2^52 µs from now.
+-- no further than 2^52 µs from now. Its end is set from the clock (PXAT),
+-- so that it moves by whole periods exactly.
 local function fw_carry(st, p)
   local k = min(ceil(st.count / p.rate) - 1, floor((2 ^ 52 - st.left) / p.period))
   if k < 1 then return end
+  local wend = fw_end(st, p) + k * p.period
   -- (Clipped there, the rest of the debt is forgiven: 142 years on.)
-  st.left, st.count, st.ahead = st.left + k * p.period, min(st.count - k * p.rate, p.rate), true
+  st.count, st.ahead = min(st.count - k * p.rate, p.rate), true
+  st.at, st.left = wend / 1000, wend - clock + 1000
   st.tag = (st.tag - 1 + k) % FW_TAGS + 1
-  if st.at then st.at = st.at + k * p.period_ms else st.ttl = st.ttl + k * p.period_ms end
 end
 
 -- window_waits are retry_after for need units (0: none refused), reset_after
@@ -165,8 +182,8 @@ function fw.decide(st, p, n, mode, stamp)
 end
 
 -- fw.save writes a changed state, never for a PEEK (which a take that finds
--- a state to mend leaves as it is): its expiry where the window is new
--- (at) or moved, else the one it has. An empty window is no state.
+-- a state to mend leaves as it is): its expiry where the window is new or
+-- moved (at), else the one it has. An empty window is no state.
 function fw.save(st, p, reset, nonpeek)
   if not st.dirty or not nonpeek then return end
   if st.count == 0 and not st.ahead then
@@ -178,8 +195,6 @@ function fw.save(st, p, reset, nonpeek)
   v = fmt('%d', v)
   if st.at then
     call('SET', st.key, v, 'PXAT', fmt('%d', st.at))
-  elseif st.ahead then -- (carried: moved)
-    call('SET', st.key, v, 'PX', fmt('%d', st.ttl))
   else
     call('SET', st.key, v, 'KEEPTTL')
   end

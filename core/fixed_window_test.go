@@ -1,0 +1,230 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlimit/redlimit/internal/redistest"
+)
+
+// fwModel is what a period FixedWindow decides, counted in windows: the
+// state's window sw (ahead of the clock's while it holds a carried debt)
+// and the units c counted in it.
+type fwModel struct {
+	period, rate int64 // µs (rounded up to a whole ms), units
+	has          bool
+	sw, c        int64
+}
+
+// at brings the model to the window w of the clock: a state of an earlier
+// window is gone with its key.
+func (m *fwModel) at(w int64) {
+	if m.has && m.sw < w {
+		m.has = false
+	}
+	if !m.has {
+		m.sw, m.c = w, 0
+	}
+}
+
+func (m *fwModel) take(w, n int64, atMost bool) (granted int64) {
+	m.at(w)
+	switch {
+	case m.sw > w:
+		return 0
+	case m.c+n <= m.rate:
+		granted = n
+	case atMost:
+		granted = max(0, m.rate-m.c)
+	}
+	if granted > 0 {
+		m.c += granted
+		m.has = true
+	}
+	return granted
+}
+
+func (m *fwModel) refund(w, taken, n int64) {
+	m.at(w)
+	if m.has && m.sw == w && taken == w {
+		m.c = max(0, m.c-n)
+		m.has = m.c > 0
+	}
+}
+
+func (m *fwModel) charge(w, n int64) {
+	m.at(w)
+	m.c += n
+	m.has = m.c > 0
+	if m.c > m.rate {
+		k := ceilDiv(m.c, m.rate) - 1
+		m.sw, m.c = m.sw+k, m.c-k*m.rate
+	}
+}
+
+// waits are the exact RetryAfter of n units refused at now, and what
+// remains.
+func (m *fwModel) waits(now, n int64) (retry, remaining int64) {
+	w := floorDiv(now, m.period)
+	m.at(w)
+	end := (m.sw + 1) * m.period
+	if m.sw > w {
+		if m.c+n <= m.rate {
+			return m.sw*m.period - now, 0
+		}
+		return end - now, 0
+	}
+	return end - now, max(0, m.rate-m.c)
+}
+
+// TestFixedWindowSweep walks the fixed window's parameter space and its
+// faults together: periods from 1µs (a whole ms) to a day, rates from 1 to
+// 2^33, costs up to the Rate, random takes, AtMost takes, refunds and
+// settlements (debts beyond many windows among them), the clock moving by
+// µs, to a window's last µs, onto its edge and across windows, and the
+// fault of a refund delivered after its window ended (a stalled Redis).
+// Every decision is checked against fwModel: granted units and Remaining
+// exactly; RetryAfter never short of the exact wait and at most 1 ms
+// longer; the ResetAfter of a take to its window's end; every key keeps
+// a TTL. It backs the guarantees of fixed_window.lua: at most Rate per
+// window, refunds only in their window, debts carried, no key forever.
+func TestFixedWindowSweep(t *testing.T) {
+	ctx := context.Background()
+	periods := []time.Duration{time.Microsecond, time.Millisecond, 1500 * time.Microsecond, 7 * time.Millisecond, time.Second, time.Hour, 24 * time.Hour}
+	rates := []int{1, 3, 1000, maxWindowRate}
+	steps, seeds := 300, uint64(4)
+	if !redistest.Long() {
+		steps, seeds = 60, 1
+	}
+	for _, period := range periods {
+		for _, rate := range rates {
+			for seed := range seeds {
+				t.Run(fmt.Sprintf("%v/%d/seed=%d", period, rate, seed), func(t *testing.T) {
+					lim := Limit{Algorithm: FixedWindow, Rate: rate, Period: period}
+					p, err := lim.params()
+					if err != nil {
+						t.Fatal(err)
+					}
+					mr, _, l := miniLimiter(t)
+					rng := rand.New(rand.NewPCG(uint64(period)^seed<<40, uint64(rate)))
+					m := &fwModel{period: p.period, rate: int64(rate)}
+					now := redistest.Epoch.UnixMicro()
+					move := func(d int64) {
+						now += d
+						redistest.SetTime(mr, time.UnixMicro(now))
+					}
+					move(0)
+					cost := func() int64 {
+						switch rng.IntN(4) {
+						case 0:
+							return 1
+						case 1:
+							return int64(rate)
+						default:
+							return 1 + rng.Int64N(int64(rate))
+						}
+					}
+					type receipt struct {
+						r Result
+						w int64
+					}
+					var receipts []receipt
+					var trace []string
+					fatalf := func(format string, args ...any) {
+						t.Helper()
+						t.Fatalf(format+"\nlast steps:\n%s", append(args, strings.Join(trace[max(0, len(trace)-8):], "\n"))...)
+					}
+					for step := range steps {
+						trace = append(trace, fmt.Sprintf("  %d: t=%d w=%d model sw=%d c=%d has=%v", step, now, floorDiv(now, m.period), m.sw, m.c, m.has))
+						w := floorDiv(now, m.period)
+						switch op := rng.IntN(10); {
+						case op < 4: // a take, or an AtMost take
+							n, atMost := cost(), op == 3
+							var r Result
+							if atMost {
+								r, err = l.AllowAtMost(ctx, int(n), lim.For("k"))
+							} else {
+								r, err = l.Allow(ctx, int(n), lim.For("k"))
+							}
+							if err != nil {
+								fatalf("step %d: %v", step, err)
+							}
+							trace = append(trace, fmt.Sprintf("    take %d at most %v: %+v", n, atMost, r))
+							need := n
+							if atMost {
+								need = 1
+							}
+							retry, _ := m.waits(now, need)
+							want := m.take(w, n, atMost)
+							if int64(r.Granted) != want || r.Allowed != (want > 0) {
+								fatalf("step %d: n=%d at most %v: granted %d, model %d (%+v)", step, n, atMost, r.Granted, want, r)
+							}
+							if want > 0 {
+								receipts = append(receipts, receipt{r, w})
+								end := (m.sw + 1) * m.period
+								if d := r.ResetAfter.Microseconds() - (end - now); d < 0 || d > 1000 {
+									fatalf("step %d: ResetAfter %v, the window ends in %dµs", step, r.ResetAfter, end-now)
+								}
+							} else if d := r.RetryAfter.Microseconds() - retry; d < 0 || d > 1000 {
+								fatalf("step %d: RetryAfter %v, exact %dµs (%+v)", step, r.RetryAfter, retry, r)
+							}
+							if _, left := m.waits(now, 1); int64(r.Remaining) != left {
+								fatalf("step %d: Remaining %d, model %d", step, r.Remaining, left)
+							}
+						case op < 6 && len(receipts) > 0: // a refund or a settlement, maybe late
+							i := rng.IntN(len(receipts))
+							rc := receipts[i]
+							receipts = append(receipts[:i], receipts[i+1:]...)
+							if rng.IntN(4) == 0 { // the refund reaches Redis after its window
+								move(m.period - now%m.period)
+								w = floorDiv(now, m.period)
+							}
+							taken := int64(rc.r.Granted)
+							used := rng.Int64N(taken + 1)
+							if rng.IntN(3) == 0 {
+								used = taken + rng.Int64N(int64(rate)*int64(1+rng.IntN(40)))
+							}
+							trace = append(trace, fmt.Sprintf("    settle taken %d (window %d) used %d at t=%d", taken, rc.w, used, now))
+							if _, err := l.Settle(ctx, rc.r, int(used), lim.For("k")); err != nil {
+								fatalf("step %d: Settle: %v", step, err)
+							}
+							if used < taken {
+								m.refund(w, rc.w, taken-used)
+							} else if used > taken {
+								m.charge(w, used-taken)
+							}
+						case op < 7:
+							r, err := l.Peek(ctx, lim.For("k"))
+							if err != nil {
+								t.Fatal(err)
+							}
+							if _, left := m.waits(now, 1); int64(r.Remaining) != left {
+								fatalf("step %d: Peek's Remaining %d, model %d (%+v)", step, r.Remaining, left, r)
+							}
+						default: // the clock moves
+							switch rng.IntN(4) {
+							case 0:
+								move(rng.Int64N(1000))
+							case 1:
+								move(m.period - now%m.period - 1) // the window's last µs
+							case 2:
+								move(m.period - now%m.period) // onto the next window's edge
+							default:
+								move(m.period * rng.Int64N(3))
+							}
+						}
+						for _, k := range mr.Keys() {
+							if ttl := mr.TTL(k); ttl <= 0 {
+								fatalf("step %d: %s has TTL %v", step, k, ttl)
+							}
+						}
+					}
+				})
+			}
+		}
+	}
+}
