@@ -42,11 +42,15 @@ func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any,
 }
 
 // notWritten names the keys of a fixed window's call whose INCRBY found a
-// value that is not an integer: its take adds before it reads (see
-// fw.take), so Redis' error, not the script, reports such a value, and
-// this one names the keys as the scripts' own errors do.
+// value it cannot add to (not an integer, one it would overflow, a key of
+// another type): its take adds before it reads (see fw.take), so Redis'
+// error, not the script, reports such a value, and this one names the
+// keys as the scripts' own errors do.
 func notWritten(err error, pl *plan, keys []string) error {
-	if err == nil || len(pl.layers) != 1 || !pl.layers[0].row.tagged || !strings.Contains(err.Error(), "not an integer") {
+	if err == nil || len(pl.layers) != 1 || !pl.layers[0].row.tagged {
+		return err
+	}
+	if msg := err.Error(); !strings.Contains(msg, "not an integer") && !strings.Contains(msg, "would overflow") && !strings.Contains(msg, "WRONGTYPE") {
 		return err
 	}
 	if len(keys) > 3 {

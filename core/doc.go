@@ -41,11 +41,16 @@
 // large limits (10000 per hour per user) where a log would be big.
 //
 // FixedWindow counts per window aligned to the Unix epoch (multiples of
-// Period), or, with Limit.Calendar, per calendar day, ISO week or month in
-// Limit.Location (10000 per month, renewed at local midnight on the 1st,
-// whatever the month's length or a daylight-saving change). It is the
-// cheapest, and the coarsest: up to 2*Rate can pass around a window
-// boundary.
+// Period) on Redis' clock, or, with Limit.Calendar, per calendar day, ISO
+// week or month in Limit.Location (10000 per month, renewed at local
+// midnight on the 1st, whatever the month's length or a daylight-saving
+// change). It is the cheapest, and the coarsest: up to 2*Rate can pass
+// around a window boundary. Over a Period, a window ends when its key
+// expires: a decision inside it is INCRBY and PTTL, as cheap as a window
+// that starts at a key's first request, and its waits are whole
+// milliseconds, up to 1 ms longer than exact (Redis keeps a key through
+// the millisecond its expiry names). A Period change takes effect when the
+// current window ends.
 //
 // LeakyBucket shapes instead of only limiting: requests leave at an even
 // pace of Rate per Period, each admitted with the Delay it must wait, while

@@ -265,10 +265,13 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 	if (mode == modeRefund || mode == modeCharge) && taken.foreign(key, row, 0) {
 		return Result{}, errForeignReceipt
 	}
+	if mode == modeRefund && taken.staleWindow(limit) {
+		return Result{}, nil
+	}
 	var out [1]Result
 	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
 	if out[0].Granted > 0 && (mode == modeConsume || mode == modeAtMost) {
-		out[0].owner = receipt(key, row, 0)
+		out[0].owner, out[0].period = receipt(key, row, 0), pl.layers[0].windowPeriod()
 	}
 	return out[0], err
 }

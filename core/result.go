@@ -18,8 +18,8 @@ import (
 // refill), ResetAfter 1s.
 //
 // A Result that took units is also the receipt Refund and Settle take: it
-// records the Redis instant the units were taken at (or the permit a
-// Concurrency request holds), so a late refund gives back only what the
+// records the Redis instant the units were taken at (the window, for a
+// FixedWindow; the permit a Concurrency request holds), so a late refund gives back only what the
 // limit would still hold had they never been taken, and the state it took
 // them from (key, Algorithm, layer), so a refund on another is refused.
 // Refund or settle it once (see Limiter.Refund).
@@ -35,7 +35,8 @@ type Result struct {
 	Remaining int
 	// RetryAfter is 0 when Allowed, else the exact wait until the same
 	// request could be admitted (for AllowAtMost, one unit), assuming no
-	// other traffic; always > 0 on a denial. For Concurrency, which cannot
+	// other traffic; always > 0 on a denial. A FixedWindow over a Period
+	// reads it from its key's expiry: whole ms, up to 1 ms longer. For Concurrency, which cannot
 	// know when a request in flight ends, the time until the oldest permit
 	// lapses, at most a second.
 	RetryAfter time.Duration
@@ -72,6 +73,30 @@ type Result struct {
 	// owner names the state the units were taken from (see receipt), so
 	// that a refund or a settle on another is refused.
 	owner uint64
+	// period is a FixedWindow's Period (µs) the units were taken under:
+	// its windows, which a refund under another does not name (see
+	// staleWindow). 0 for the other algorithms.
+	period int64
+}
+
+// windowPeriod is the Period (µs) of ly's windows if it is a FixedWindow
+// over a Period, whose receipts name a window of it; else 0.
+func (ly layer) windowPeriod() int64 {
+	if !ly.row.tagged {
+		return 0
+	}
+	return ly.p.period
+}
+
+// staleWindow reports whether r took its units from a FixedWindow over
+// another Period than lim's: the window they were taken in is not one of
+// lim's, and a refund of them gives nothing back.
+func (r Result) staleWindow(lim Limit) bool {
+	if r.period == 0 || lim.Calendar != NoCalendar || lim.Algorithm != FixedWindow {
+		return false
+	}
+	p, err := lim.params()
+	return err == nil && p.period != r.period
 }
 
 // receiptSeed keys the receipts' hashes: a receipt is checked only by the

@@ -82,8 +82,11 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (Result, error) {
 // request under rules) took but did not use: the request failed, or should
 // not count. A refund never makes room the limit would not have had if the
 // units had never been taken: the windows count units out only from the
-// window they were taken in (a refund after that window ended gives
-// nothing back), and the buckets give back only what they have not
+// window they were taken in (a refund after that window ended, or under
+// another Period, gives nothing back; a FixedWindow over a Period tells
+// its windows apart by their number modulo 131071, so a receipt kept
+// that many windows, 36 hours of 1-second windows, could give back into
+// a later one), and the buckets give back only what they have not
 // refilled since (nothing once they would be full anyway). For
 // Concurrency, Refund gives the permit back. Zero a Rule's Result in
 // taken.Rules to leave that Rule alone.
@@ -301,6 +304,9 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && parts[i].foreign(rules[i].Key, lim.row(), s.index[i]) {
 				return fmt.Errorf("rule %d: %w", i, errForeignReceipt)
 			}
+			if mode == modeRefund && parts[i].staleWindow(lim) {
+				continue
+			}
 			if lim.Algorithm == Concurrency {
 				rq.id = parts[i].stamp
 			} else {
@@ -344,7 +350,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	for j, i := range pos[:k] {
 		out[i], s.asked[i] = sub[j], true
 		if sub[j].Granted > 0 && mode == modeConsume {
-			out[i].owner = receipt(rules[i].Key, limits[j].row(), index[j])
+			out[i].owner, out[i].period = receipt(rules[i].Key, limits[j].row(), index[j]), pl.layers[j].windowPeriod()
 		}
 	}
 	return nil

@@ -43,7 +43,7 @@
 local fw = {nkeys = 1, nparams = 2, own = true}
 local cw = {nkeys = 1, nparams = 9}
 
-local FW_M, FW_AHEAD, FW_TAGS = 68719476736, 34359738368, 131071 -- 2^36, 2^35, 2^17 - 1
+local FW_M, FW_AHEAD, FW_TAGS, FW_MAX = 68719476736, 34359738368, 131071, 2 ^ 53 -- 2^36, 2^35, 2^17 - 1
 
 function fw.params(args, a)
   local period = tonumber(args[a])
@@ -71,6 +71,12 @@ local function fw_open(st, p)
   st.left, st.at, st.tag = start + p.period - clock + 1000, (start + p.period) / 1000, fw_tag(p, clock)
 end
 
+-- clock_after reports whether Redis' clock has reached t (µs).
+local function clock_after(t)
+  if clock == 0 then now() end
+  return clock >= t
+end
+
 -- fw_end is the end (µs) of the window of state st: the one with st's
 -- tag among those its TTL, which is whole ms, may end.
 local function fw_end(st, p)
@@ -88,11 +94,13 @@ end
 function fw.load(keys, k, _, p)
   local key = keys[k]
   local st = {key = key, count = 0, ahead = false, found = false, dirty = false}
-  local v = call('GET', key)
+  -- (pcall: a key of another type is named, as a value that is not ours.)
+  local v = pcall_('GET', key)
+  if type_(v) == 'table' then corrupt(key) end
   if v then
     local ttl = call('PTTL', key)
     v = tonumber(v)
-    if not v or v < FW_M or v >= 2 ^ 53 or v % 1 ~= 0 or ttl < 0 then corrupt(key) end
+    if not v or v < FW_M or v >= FW_MAX or v % 1 ~= 0 or ttl < 0 then corrupt(key) end
     local c = v % FW_M
     st.found, st.tag, st.left = true, (v - c) / FW_M, (ttl + 1) * 1000
     if c >= FW_AHEAD then
@@ -102,10 +110,9 @@ function fw.load(keys, k, _, p)
       st.left = wend - clock + 1000
       -- The debt's window has come: it counts from here.
       if clock < wend - p.period then st.ahead = true else st.dirty = true end
-    elseif clock ~= 0 and ttl == 0 and fw_tag(p, clock) == st.tag % FW_TAGS + 1 then
-      -- A call that read Redis' clock (of several layers, whose stamp is
-      -- the clock) in the last ms of a window, which its key outlives:
-      -- by the clock, the next window has begun.
+    elseif ttl == 0 and clock_after(fw_end(st, p)) then
+      -- The ms its expiry names, which a Redis keeps the key through
+      -- (miniredis not): on Redis' clock, the next window has begun.
       c = 0
       fw_open(st, p)
     end
@@ -210,10 +217,11 @@ function fw.take(key, _, p, n)
   -- (A value that is not an integer fails here, with Redis' error; the
   -- client names the key.)
   local v = call('INCRBY', key, ns)
-  if v >= FW_M then
+  if v >= FW_M and v < FW_MAX then
     local count = v % FW_M
     local ttl = call('PTTL', key)
-    if ttl >= 0 and count - n < FW_AHEAD then
+    -- (In its last ms, ttl 0, a window may have ended on Redis' clock.)
+    if ttl > 0 and count - n < FW_AHEAD then
       local tag, wait = (v - count) / FW_M, (ttl + 1) * 1000
       if count <= p.rate then return n, p.rate - count, 0, wait, tag end
       -- The window is full: the take is taken back.

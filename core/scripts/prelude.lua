@@ -15,12 +15,12 @@
 --
 -- A library being loaded may not reach the standard libraries, so their
 -- functions become locals on the first call (init).
-local floor, ceil, min, max, fmt, match, gmatch, sub, call
+local floor, ceil, min, max, fmt, match, gmatch, sub, call, pcall_, type_
 
 local function init()
   floor, ceil, min, max = math.floor, math.ceil, math.min, math.max
   fmt, match, gmatch, sub = string.format, string.match, string.gmatch, string.sub
-  call = redis.call
+  call, pcall_, type_ = redis.call, redis.pcall, type
 end
 
 -- What a request asks for (the low 3 bits of its code in ARGV).

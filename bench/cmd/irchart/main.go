@@ -35,6 +35,8 @@ var bars = []bar{
 	{"redis_rate, 16 goroutines, 1000 keys", "g=16/keys=1000", "redis_rate", false},
 	{"fixed window, 16 goroutines, 1000 keys", "g=16/keys=1000", "ours/fixed_window", true},
 	{"ulule, 16 goroutines, 1000 keys", "g=16/keys=1000", "ulule", false},
+	{"fixed window, a window starts", "window starts", "ours/fixed_window/plain", true},
+	{"ulule, a window starts", "window starts", "ulule", false},
 }
 
 func main() {
