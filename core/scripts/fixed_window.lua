@@ -188,9 +188,9 @@ function fw.decide(st, p, n, mode, stamp)
   return granted, remaining, retry, reset, st.tag
 end
 
--- fw.save writes a changed state, never for a PEEK (which a take that finds
--- a state to mend leaves as it is): its expiry where the window is new or
--- moved (at), else the one it has. An empty window is no state.
+-- fw.save writes a changed state, never for a PEEK (which leaves a state
+-- to mend as it is, for the next take): its expiry where the window is new
+-- or moved (at), else the one it has. An empty window is no state.
 function fw.save(st, p, reset, nonpeek)
   if not st.dirty or not nonpeek then return end
   if st.count == 0 and not st.ahead then
@@ -209,9 +209,9 @@ end
 
 -- take is one CONSUME of n, one's common call and a batch's key of one:
 -- INCRBY, then PTTL, and nothing else inside a window that has room.
--- Whatever else it finds (a window that starts, one ahead or opened under
--- another period, a refusal) takes the INCRBY back and is decided as load,
--- decide and save decide it.
+-- A window that starts sets the key's value and expiry. Whatever else it
+-- finds (a window ahead, a window's last ms, a value not ours) takes the
+-- INCRBY back and is decided as load, decide and save decide it.
 function fw.take(key, _, p, n)
   local ns = n == 1 and '1' or fmt('%d', n)
   -- (A value that is not an integer fails here, with Redis' error; the
@@ -233,11 +233,13 @@ function fw.take(key, _, p, n)
     end
     call('DECRBY', key, ns)
   elseif v == n and n <= p.rate then
-    -- A window starts.
-    local st = {}
-    fw_open(st, p)
-    call('SET', key, fmt('%d', st.tag * FW_M + n), 'PXAT', fmt('%d', st.at))
-    return n, p.rate - n, 0, st.left, st.tag
+    -- A window starts: its tag is added, and its end set (as fw_open).
+    if clock == 0 then now() end
+    local i = floor(clock / p.period)
+    local tag, wend = i % FW_TAGS + 1, (i + 1) * p.period
+    call('INCRBY', key, fmt('%d', tag * FW_M))
+    call('PEXPIREAT', key, fmt('%d', wend / 1000))
+    return n, p.rate - n, 0, wend - clock + 1000, tag
   elseif v == n then
     call('DEL', key)
   else
