@@ -47,8 +47,9 @@ type algorithm struct {
 	// (scripts/prelude.lua).
 	script int
 	// suffixes end the Redis keys of one state, in the order of its
-	// script's KEYS. The "3" marks the format of this version's scripts,
-	// so a key an earlier version wrote is never misread: it expires.
+	// script's KEYS. The digit marks the format of this version's scripts
+	// (3; 4 for the period FixedWindow's integer), so a key an earlier
+	// version wrote is never misread: it expires.
 	suffixes []string
 	// source is the algorithm's script (scripts/<name>.lua).
 	source string

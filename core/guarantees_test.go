@@ -88,8 +88,10 @@ var formatCases = []formatCase{
 	{"fixed_window", Limit{Algorithm: FixedWindow, Rate: 3, Period: time.Minute}, func(now int64) map[string]string {
 		// "<start> <count> <end ms>": 3 of 3. (Read by today's calendar
 		// window, it would pass for "<start> <end> <count>".)
+		// And the previous one, "<start> <count>", before a window's end
+		// became its key's expiry.
 		start := now / 60e6 * 60e6
-		return map[string]string{":fw2": fmt.Sprintf("%d 3 %d", start, now/1000+60000)}
+		return map[string]string{":fw2": fmt.Sprintf("%d 3 %d", start, now/1000+60000), ":fw3": fmt.Sprintf("%d 3", start)}
 	}},
 	{"sliding_window_counter", Limit{Algorithm: SlidingWindowCounter, Rate: 3, Period: time.Minute}, func(now int64) map[string]string {
 		// "<start> <count> <previous> <end ms>".
@@ -102,7 +104,7 @@ var formatCases = []formatCase{
 	}},
 }
 
-// TestOldFormatStateIgnored backs the algorithm table's "The "3" marks the
+// TestOldFormatStateIgnored backs the algorithm table's "The digit marks the
 // format of this version's scripts, so a key an earlier version wrote is
 // never misread: it expires" (and README's "A key written by an earlier
 // format of a script carries another suffix and is never misread; it
