@@ -44,7 +44,10 @@ local function run(keys, args)
   -- (own) read the clock only if they need it.
   local vals = vals0
   if own then
+    -- (A batch of several keys reads the clock once rather than each
+    -- key's TTL.)
     clock = 0
+    if #keys > 1 then now() end
   else
     now()
     vals = call('MGET', unpack(keys))

@@ -208,7 +208,8 @@ function fw.save(st, p, reset, nonpeek)
 end
 
 -- take is one CONSUME of n, one's common call and a batch's key of one:
--- INCRBY, then PTTL, and nothing else inside a window that has room.
+-- INCRBY, then PTTL, and nothing else inside a window that has room; in a
+-- batch of several keys, which reads the clock once, INCRBY alone.
 -- A window that starts sets the key's value and expiry. Whatever else it
 -- finds (a window ahead, a window's last ms, a value not ours) takes the
 -- INCRBY back and is decided as load, decide and save decide it.
@@ -219,10 +220,18 @@ function fw.take(key, _, p, n)
   local v = call('INCRBY', key, ns)
   if v >= FW_M and v < FW_MAX then
     local count = v % FW_M
-    local ttl = call('PTTL', key)
-    -- (In its last ms, ttl 0, a window may have ended on Redis' clock.)
-    if ttl > 0 and count - n < FW_AHEAD then
-      local tag, wait = (v - count) / FW_M, (ttl + 1) * 1000
+    local tag, wait = (v - count) / FW_M, nil
+    if clock == 0 then
+      local ttl = call('PTTL', key)
+      -- (In its last ms, ttl 0, a window may have ended on Redis' clock.)
+      if ttl > 0 then wait = (ttl + 1) * 1000 end
+    else
+      -- A call that read the clock (a batch of several keys): a state of
+      -- the clock's window ends with it, as every key's under p does.
+      local i = floor(clock / p.period)
+      if tag == i % FW_TAGS + 1 then wait = (i + 1) * p.period - clock + 1000 end
+    end
+    if wait and count - n < FW_AHEAD then
       if count <= p.rate then return n, p.rate - count, 0, wait, tag end
       -- The window is full: the take is taken back.
       call('DECRBY', key, ns)
