@@ -26,7 +26,7 @@ const (
 	// Limit.Calendar); up to 2*Rate can pass around a window boundary.
 	// Redis keeps a window's end as its key's expiry, in milliseconds, so
 	// a Period is rounded up to a whole millisecond, and Rate is at most
-	// 2^33 (a calendar's, 2^40).
+	// 2^33 (a calendar's, 2^40); its waits are whole milliseconds.
 	FixedWindow
 	// LeakyBucket shapes traffic: requests leave at an even pace of Rate per
 	// Period, each admitted with the Delay it must wait, while at most Burst
@@ -87,7 +87,10 @@ var algorithms = [...]algorithm{
 		leaseLeft: func(r Result, p params) time.Duration { return r.ResetAfter - time.Duration(p.period)*time.Microsecond }},
 	FixedWindow: {name: "fixed_window", script: 4, suffixes: []string{":fw4"}, source: fixedWindowLua,
 		tagged: true, local: localWindow, args: windowArgs,
-		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }},
+		// Its waits are read from its key's expiry, whole ms, up to 2 ms
+		// past the window's end (see Result.RetryAfter): a lease ends
+		// that much before, so no unit of it is spent in the next window.
+		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter - 2*time.Millisecond }},
 	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
 		burst: true, queues: true, local: localBucket, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},
 	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,

@@ -48,7 +48,7 @@
 // around a window boundary. Over a Period, a window ends when its key
 // expires: a decision inside it is INCRBY and PTTL, as cheap as a window
 // that starts at a key's first request, and its waits are whole
-// milliseconds, up to 1 ms longer than exact (Redis keeps a key through
+// milliseconds, up to 2 ms longer than exact (Redis keeps a key through
 // the millisecond its expiry names). A Period change takes effect when the
 // current window ends.
 //

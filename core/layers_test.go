@@ -48,11 +48,12 @@ func (c *opsCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// count counts cmd unless it is the health check's or a new connection's
-// (which go-redis sends as a pipeline when it dials).
+// count counts cmd unless it is the health check's, a new connection's
+// (which go-redis sends as a pipeline when it dials) or the library
+// loader's, which runs in the background and may land in any window.
 func (c *opsCounter) count(cmd redis.Cmder) {
 	switch cmd.Name() {
-	case "info", "hello", "client", "auth", "select", "ping":
+	case "info", "hello", "client", "auth", "select", "ping", "function":
 	default:
 		c.cmds.Add(1)
 	}

@@ -280,7 +280,8 @@ func (e *lease) start(l *Limiter, res Result, sent, received time.Time) {
 	var at time.Time
 	if res.Allowed {
 		// Units counted in Redis at some instant after sent: their window
-		// ends no earlier than sent + what Redis said was left of it.
+		// ends no earlier than sent + what Redis said was left of it
+		// (algorithm.leaseLeft: a fixed window's, less its ms rounding).
 		e.units, e.remote, e.taken = int64(res.Granted), res.Remaining, res
 		e.end(sent, res)
 		e.whole = received.Add(res.ResetAfter)

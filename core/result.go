@@ -36,7 +36,7 @@ type Result struct {
 	// RetryAfter is 0 when Allowed, else the exact wait until the same
 	// request could be admitted (for AllowAtMost, one unit), assuming no
 	// other traffic; always > 0 on a denial. A FixedWindow over a Period
-	// reads it from its key's expiry: whole ms, up to 1 ms longer. For Concurrency, which cannot
+	// reads it from its key's expiry: whole ms, up to 2 ms longer. For Concurrency, which cannot
 	// know when a request in flight ends, the time until the oldest permit
 	// lapses, at most a second.
 	RetryAfter time.Duration
@@ -133,16 +133,19 @@ var errBadReply = errors.New("core: unexpected reply from redis")
 func parseTake(vals []any, out []Result, rq *request) error {
 	x, ok1 := vals[0].(int64)
 	wait, ok2 := vals[1].(int64)
-	if !ok1 || !ok2 || x == 0 || wait <= 0 || len(out) != 1 || !rq.pl.layers[0].row.tagged {
+	if !ok1 || !ok2 || wait <= 0 || len(out) != 1 || rq.mode != modeConsume || !rq.pl.layers[0].row.tagged {
 		return fmt.Errorf("%w: a take's reply %v", errBadReply, vals)
 	}
-	const m = 1 << 36
+	const m, tags = 1 << 36, 131071
 	r := Result{Allowed: x > 0, Granted: rq.n, ResetAfter: time.Duration(wait) * time.Microsecond}
 	if x < 0 {
 		x = -x
 		r.Granted, r.RetryAfter = 0, r.ResetAfter
 	}
 	r.Remaining, r.stamp = int(x%m), x/m
+	if r.stamp < 1 || r.stamp > tags || int64(r.Remaining) > rq.pl.capacity() {
+		return fmt.Errorf("%w: a take's reply %v", errBadReply, vals)
+	}
 	out[0] = r
 	return nil
 }

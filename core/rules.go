@@ -85,8 +85,8 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (Result, error) {
 // window they were taken in (a refund after that window ended, or under
 // another Period, gives nothing back; a FixedWindow over a Period tells
 // its windows apart by their number modulo 131071, so a receipt kept
-// that many windows, 36 hours of 1-second windows, could give back into
-// a later one), and the buckets give back only what they have not
+// that many windows, 36 hours of 1-second windows or 131 seconds of
+// 1-millisecond ones, could give back into a later one), and the buckets give back only what they have not
 // refilled since (nothing once they would be full anyway). For
 // Concurrency, Refund gives the permit back. Zero a Rule's Result in
 // taken.Rules to leave that Rule alone.

@@ -17,7 +17,9 @@
 --          0: the receipt of a take, so that a REFUND counts its units out
 --          only in the window they were taken in. A key a take finds
 --          holding just the n it added (INCRBY created it) is a window
---          that starts: only then is TIME read, to align its end.
+--          that starts: a lone take reads TIME only then, to align its
+--          end (a batch of several keys reads it once for all; the rare
+--          paths read it too).
 -- Limit    params (see limit in the prelude): period µs (a whole number of
 --          ms), rate units per window (at most 2^33, so that count plus
 --          a take never reaches AHEAD nor the tag)
@@ -83,7 +85,7 @@ local function fw_end(st, p)
   if st.at then return st.at * 1000 end
   if clock == 0 then now() end
   local i = floor((clock + st.left) / p.period)
-  for e = i - 1, i + 1 do
+  for e = i - 2, i + 1 do
     if (e - 1) % FW_TAGS + 1 == st.tag then return e * p.period end
   end
   return i * p.period
@@ -110,9 +112,11 @@ function fw.load(keys, k, _, p)
       st.left = wend - clock + 1000
       -- The debt's window has come: it counts from here.
       if clock < wend - p.period then st.ahead = true else st.dirty = true end
-    elseif ttl == 0 and clock_after(fw_end(st, p)) then
+    elseif (ttl == 0 or clock ~= 0) and clock_after(fw_end(st, p)) then
       -- The ms its expiry names, which a Redis keeps the key through
-      -- (miniredis not): on Redis' clock, the next window has begun.
+      -- (miniredis not), or a call that read the clock (several layers,
+      -- whose stamp is the clock; a batch) after its window ended: on
+      -- Redis' clock, the next window has begun.
       c = 0
       fw_open(st, p)
     end
@@ -129,7 +133,11 @@ end
 -- so that it moves by whole periods exactly.
 local function fw_carry(st, p)
   local k = min(ceil(st.count / p.rate) - 1, floor((2 ^ 52 - st.left) / p.period))
-  if k < 1 then return end
+  if k < 1 then
+    -- (Already as far as it goes: the rest is forgiven, 142 years on.)
+    st.count = min(st.count, p.rate)
+    return
+  end
   local wend = fw_end(st, p) + k * p.period
   -- (Clipped there, the rest of the debt is forgiven: 142 years on.)
   st.count, st.ahead = min(st.count - k * p.rate, p.rate), true
@@ -155,6 +163,26 @@ local function window_waits(p, start, wend, count, ahead, need)
   return retry, reset, remaining
 end
 
+-- window_grant is what a window that counts count grants a request of n
+-- units in mode (a window ahead refuses; a REFUND counts out if
+-- refundable), and its count after.
+local function window_grant(count, p, n, mode, ahead, refundable)
+  local granted = 0
+  if mode == REFUND then
+    if refundable then count = max(0, count - n) end
+  elseif mode == CHARGE then
+    count = count + n
+  elseif mode == RENEW or ahead then
+    -- (nothing to keep)
+  elseif count + n <= p.rate then
+    granted = n
+  elseif mode == ATMOST then
+    granted = max(0, p.rate - count)
+  end
+  if granted > 0 and mode ~= PEEK then count = count + granted end
+  return granted, count
+end
+
 -- need is the units a request that took granted of n was refused (0: none).
 local function refused(granted, n, mode)
   if granted > 0 or mode > ATMOST then return 0 end
@@ -165,21 +193,9 @@ end
 -- fw.decide returns, after granted, remaining and the waits, the window's
 -- tag: the receipt a REFUND names.
 function fw.decide(st, p, n, mode, stamp)
-  local count, granted = st.count, 0
-  if mode == REFUND then
-    -- (A stamp beyond the tags is the clock of a call of several layers.)
-    if stamp > FW_TAGS then stamp = fw_tag(p, stamp) end
-    if st.found and not st.ahead and stamp == st.tag then count = max(0, count - n) end
-  elseif mode == CHARGE then
-    count = count + n
-  elseif mode == RENEW or st.ahead then
-    -- (nothing to keep; a window ahead refuses)
-  elseif count + n <= p.rate then
-    granted = n
-  elseif mode == ATMOST then
-    granted = max(0, p.rate - count)
-  end
-  if granted > 0 and mode ~= PEEK then count = count + granted end
+  -- (A stamp beyond the tags is the clock of a call of several layers.)
+  if mode == REFUND and stamp > FW_TAGS then stamp = fw_tag(p, stamp) end
+  local granted, count = window_grant(st.count, p, n, mode, st.ahead, st.found and not st.ahead and stamp == st.tag)
   if count ~= st.count or st.dirty then
     st.count, st.dirty = count, true
     if mode == CHARGE and count > p.rate then fw_carry(st, p) end
@@ -313,19 +329,7 @@ end
 -- cw.decide decides as fw.decide, for a state whose window is [st.start,
 -- st.wend) on Redis' clock.
 function cw.decide(st, p, n, mode, stamp)
-  local count, granted = st.count, 0
-  if mode == REFUND then
-    if not st.ahead and stamp >= st.start and stamp < st.wend then count = max(0, count - n) end
-  elseif mode == CHARGE then
-    count = count + n
-  elseif mode == RENEW or st.ahead then
-    -- (nothing to keep; a window ahead refuses)
-  elseif count + n <= p.rate then
-    granted = n
-  elseif mode == ATMOST then
-    granted = max(0, p.rate - count)
-  end
-  if granted > 0 and mode ~= PEEK then count = count + granted end
+  local granted, count = window_grant(st.count, p, n, mode, st.ahead, not st.ahead and stamp >= st.start and stamp < st.wend)
   if count ~= st.count then st.count, st.dirty = count, true end
   local retry, reset, remaining = cw.waits(p, st, count, refused(granted, n, mode))
   return granted, remaining, retry, reset, 0
