@@ -86,7 +86,7 @@ var algorithms = [...]algorithm{
 		// Reset is the end of the next window once the current one counts.
 		leaseLeft: func(r Result, p params) time.Duration { return r.ResetAfter - time.Duration(p.period)*time.Microsecond }},
 	FixedWindow: {name: "fixed_window", script: 4, suffixes: []string{":fw4"}, source: fixedWindowLua,
-		tagged: true, local: localWindow, args: windowArgs,
+		tagged: true, local: localWindow, args: func(p params) []int64 { return []int64{p.period, p.rate, 0} },
 		// Its waits are read from its key's expiry, whole ms, up to 2 ms
 		// past the window's end (see Result.RetryAfter): a lease ends
 		// that much before, so no unit of it is spent in the next window.
@@ -102,6 +102,21 @@ var algorithms = [...]algorithm{
 // starts) depend on the time, so the plan builds them (see calendar.go).
 var calendarWindow = algorithm{name: "fixed_window", script: 7, suffixes: []string{":cw3"}, source: fixedWindowLua,
 	local: localWindow, leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter }}
+
+// staggeredWindow is FixedWindow over a Period whose windows start at an
+// offset of each key's own (WithStaggeredWindows): fixed_window.lua's
+// script with its last param 1, and a state of its own, so that a Limiter
+// that staggers and one that does not never read each other's windows.
+var staggeredWindow = func() algorithm {
+	a := algorithms[FixedWindow]
+	a.suffixes = []string{":fw4o"}
+	a.args = func(p params) []int64 { return []int64{p.period, p.rate, 1} }
+	return a
+}()
+
+// rows are every row a state key may have: the algorithms', the calendar
+// window's and the staggered window's.
+func rows() []algorithm { return append(algorithms[:], calendarWindow, staggeredWindow) }
 
 func bucketArgs(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.tick, p.debt} }
 func windowArgs(p params) []int64 { return []int64{p.period, p.rate} }

@@ -124,3 +124,30 @@ func ExampleInFlight() {
 	// false
 	// after one ended: true
 }
+
+// Aligned windows reset together; staggered ones each at an offset of
+// their key's own, the same on every instance that staggers.
+func ExampleWithStaggeredWindows() {
+	rdb, stop := exampleRedis()
+	defer stop()
+
+	limiter, err := core.New(rdb, core.WithStaggeredWindows())
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	hourly := core.Limit{Algorithm: core.FixedWindow, Rate: 100, Period: time.Hour}
+	for _, user := range []string{"user:1", "user:2", "user:3"} {
+		res, err := limiter.Allow(ctx, 1, hourly.For(user))
+		if err != nil {
+			fmt.Println("redis failed:", err)
+			return
+		}
+		fmt.Println(user, "resets in", res.ResetAfter.Round(time.Minute))
+	}
+	// (Aligned, all three would reset in 56m, at 04:00.)
+	// Output:
+	// user:1 resets in 23m0s
+	// user:2 resets in 1m0s
+	// user:3 resets in 32m0s
+}

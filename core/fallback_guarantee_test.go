@@ -37,7 +37,7 @@ type fleet struct {
 
 func newFleet(t *testing.T, n int, limit Limit) *fleet {
 	t.Helper()
-	pl, err := newPlan([]Limit{limit}, layer0, layer0)
+	pl, err := newPlan([]Limit{limit}, layer0, layer0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,7 +437,7 @@ func TestFallbackHugeBurstRetryAfterDoesNotWrap(t *testing.T) {
 	}
 	// A layer that admits beside one that denies reports what it had
 	// before: ResetAfter never below 0.
-	pl, err := newPlan([]Limit{limit, PerSecond(1)}, []int{0, 1}, []int{0, 1})
+	pl, err := newPlan([]Limit{limit, PerSecond(1)}, []int{0, 1}, []int{0, 1}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ func TestFallbackLayersAllOrNothing(t *testing.T) {
 
 // allowOne decides one request of key under limit in the sketch alone.
 func (s *sketch) allowOne(key string, limit Limit, n int, atMost bool, now time.Time) (Result, error) {
-	pl, err := newPlan([]Limit{limit}, layer0, layer0)
+	pl, err := newPlan([]Limit{limit}, layer0, layer0, false)
 	if err != nil {
 		return Result{}, err
 	}

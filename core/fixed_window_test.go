@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"crypto/sha1"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -16,8 +17,21 @@ import (
 // and the units c counted in it.
 type fwModel struct {
 	period, rate int64 // µs (rounded up to a whole ms), units
+	off          int64 // µs the windows start after the epoch's multiples
 	has          bool
 	sw, c        int64
+}
+
+// win is the window that holds t; edge is how long after t it ends.
+func (m *fwModel) win(t int64) int64  { return floorDiv(t-m.off, m.period) }
+func (m *fwModel) edge(t int64) int64 { return (m.win(t)+1)*m.period + m.off - t }
+
+// staggerOffset is where fixed_window.lua's fw_offset starts the windows
+// of key within period (µs): a whole ms of SHA1's first 48 bits.
+func staggerOffset(key string, period int64) int64 {
+	sum := sha1.Sum([]byte(key))
+	h := uint64(sum[0])<<40 | uint64(sum[1])<<32 | uint64(sum[2])<<24 | uint64(sum[3])<<16 | uint64(sum[4])<<8 | uint64(sum[5])
+	return int64(h%uint64(period/1000)) * 1000
 }
 
 // at brings the model to the window w of the clock: a state of an earlier
@@ -69,12 +83,12 @@ func (m *fwModel) charge(w, n int64) {
 // waits are the exact RetryAfter of n units refused at now, and what
 // remains.
 func (m *fwModel) waits(now, n int64) (retry, remaining int64) {
-	w := floorDiv(now, m.period)
+	w := m.win(now)
 	m.at(w)
-	end := (m.sw + 1) * m.period
+	end := (m.sw+1)*m.period + m.off
 	if m.sw > w {
 		if m.c+n <= m.rate {
-			return m.sw*m.period - now, 0
+			return m.sw*m.period + m.off - now, 0
 		}
 		return end - now, 0
 	}
@@ -98,20 +112,27 @@ func TestFixedWindowSweep(t *testing.T) {
 	rates := []int{1, 3, 1000, maxWindowRate}
 	steps, seeds := 300, uint64(4)
 	if !redistest.Long() {
-		steps, seeds = 60, 1
+		steps, seeds = 60, 2
 	}
 	for _, period := range periods {
 		for _, rate := range rates {
 			for seed := range seeds {
-				t.Run(fmt.Sprintf("%v/%d/seed=%d", period, rate, seed), func(t *testing.T) {
+				stagger := seed%2 == 1 // (WithStaggeredWindows)
+				t.Run(fmt.Sprintf("%v/%d/seed=%d/stagger=%v", period, rate, seed, stagger), func(t *testing.T) {
 					lim := Limit{Algorithm: FixedWindow, Rate: rate, Period: period}
 					p, err := lim.params()
 					if err != nil {
 						t.Fatal(err)
 					}
-					mr, _, l := miniLimiter(t)
+					mr, rdb, l := miniLimiter(t)
 					rng := rand.New(rand.NewPCG(uint64(period)^seed<<40, uint64(rate)))
 					m := &fwModel{period: p.period, rate: int64(rate)}
+					if stagger {
+						if l, err = New(rdb, WithPrefix("test"), WithTimeout(time.Minute), WithLogger(nil), WithStaggeredWindows()); err != nil {
+							t.Fatal(err)
+						}
+						m.off = staggerOffset(stateKeys(nil, "test", "k", &staggeredWindow, 0)[0], p.period)
+					}
 					now := redistest.Epoch.UnixMicro()
 					move := func(d int64) {
 						now += d
@@ -139,8 +160,8 @@ func TestFixedWindowSweep(t *testing.T) {
 						t.Fatalf(format+"\nlast steps:\n%s", append(args, strings.Join(trace[max(0, len(trace)-8):], "\n"))...)
 					}
 					for step := range steps {
-						trace = append(trace, fmt.Sprintf("  %d: t=%d w=%d model sw=%d c=%d has=%v", step, now, floorDiv(now, m.period), m.sw, m.c, m.has))
-						w := floorDiv(now, m.period)
+						trace = append(trace, fmt.Sprintf("  %d: t=%d w=%d model sw=%d c=%d has=%v", step, now, m.win(now), m.sw, m.c, m.has))
+						w := m.win(now)
 						switch op := rng.IntN(10); {
 						case op < 4: // a take, or an AtMost take
 							n, atMost := cost(), op == 3
@@ -165,7 +186,7 @@ func TestFixedWindowSweep(t *testing.T) {
 							}
 							if want > 0 {
 								receipts = append(receipts, receipt{r, w})
-								end := (m.sw + 1) * m.period
+								end := (m.sw+1)*m.period + m.off
 								if d := r.ResetAfter.Microseconds() - (end - now); d < 0 || d > 1000 {
 									fatalf("step %d: ResetAfter %v, the window ends in %dµs", step, r.ResetAfter, end-now)
 								}
@@ -180,8 +201,8 @@ func TestFixedWindowSweep(t *testing.T) {
 							rc := receipts[i]
 							receipts = append(receipts[:i], receipts[i+1:]...)
 							if rng.IntN(4) == 0 { // the refund reaches Redis after its window
-								move(m.period - now%m.period)
-								w = floorDiv(now, m.period)
+								move(m.edge(now))
+								w = m.win(now)
 							}
 							taken := int64(rc.r.Granted)
 							used := rng.Int64N(taken + 1)
@@ -210,9 +231,9 @@ func TestFixedWindowSweep(t *testing.T) {
 							case 0:
 								move(rng.Int64N(1000))
 							case 1:
-								move(m.period - now%m.period - 1) // the window's last µs
+								move(m.edge(now) - 1) // the window's last µs
 							case 2:
-								move(m.period - now%m.period) // onto the next window's edge
+								move(m.edge(now)) // onto the next window's edge
 							default:
 								move(m.period * rng.Int64N(3))
 							}

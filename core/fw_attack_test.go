@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -1011,4 +1012,52 @@ func TestFwAttackLimitChangeReal(t *testing.T) {
 			fwTTLs(t, admin, prefix, ch.name)
 		})
 	}
+}
+
+// TestFwAttackStaggeredSpread backs WithStaggeredWindows' "each key's
+// windows start at an offset of its own ... the same on every instance":
+// on the real Redis (miniredis without REDIS_URL), 200 keys of one
+// 1-minute Limit taken at one instant reset at many instants, not one;
+// two Limiters that stagger agree on every key's window (the second
+// refuses a full key until the same end); and a Limiter that does not
+// stagger counts apart, as documented.
+func TestFwAttackStaggeredSpread(t *testing.T) {
+	ctx := context.Background()
+	var rdb redis.UniversalClient
+	if os.Getenv("REDIS_URL") != "" {
+		rdb = redistest.Real(t)
+	} else {
+		_, rdb = redistest.Mini(t)
+	}
+	prefix := fwPrefix(t)
+	fwCleanup(t, rdb, prefix)
+	a := fwNew(t, rdb, core.WithPrefix(prefix), core.WithStaggeredWindows(), core.WithTimeout(5*time.Second))
+	b := fwNew(t, rdb, core.WithPrefix(prefix), core.WithStaggeredWindows(), core.WithTimeout(5*time.Second))
+	plain := fwNew(t, rdb, core.WithPrefix(prefix), core.WithTimeout(5*time.Second))
+	lim := fwLimit(3, time.Minute)
+	resets := map[time.Duration]bool{}
+	for i := range 200 {
+		key := fmt.Sprintf("k%d", i)
+		r, err := a.Allow(ctx, 3, lim.For(key))
+		if err != nil || !r.Allowed {
+			t.Fatalf("%s: %+v, %v", key, r, err)
+		}
+		resets[r.ResetAfter.Truncate(time.Second)] = true
+		if i%20 == 0 {
+			other, err := b.Allow(ctx, 1, lim.For(key))
+			if err != nil || other.Allowed {
+				t.Fatalf("%s: another staggering instance admitted past a full window: %+v, %v", key, other, err)
+			}
+			if d := other.RetryAfter - r.ResetAfter; d < -time.Second || d > time.Second {
+				t.Fatalf("%s: the other instance waits %v, this one's window ends in %v", key, other.RetryAfter, r.ResetAfter)
+			}
+			if p, err := plain.Peek(ctx, lim.For(key)); err != nil || p.Remaining != 3 {
+				t.Fatalf("%s: an unstaggered Limiter sees %+v, %v; want its own, untouched window", key, p, err)
+			}
+		}
+	}
+	if len(resets) < 30 {
+		t.Fatalf("200 staggered keys reset at only %d distinct seconds of a minute", len(resets))
+	}
+	fwTTLs(t, rdb, prefix, "staggered")
 }

@@ -39,6 +39,7 @@ var stateReaders = map[string]stateReader{
 	":sw3m": stringState(slidingMetaState),
 	":swc3": stringState(windowCounterState),
 	":fw4":  periodWindowState,
+	":fw4o": periodWindowState,
 	":cw3":  stringState(fixedWindowState),
 	":lb3":  stringState(leakyBucketState),
 	":cc3":  permitsState,
@@ -64,7 +65,7 @@ func readStates(ctx context.Context, rdb redis.UniversalClient, prefix, key stri
 	prefix, tag := escapeBraces.Replace(prefix), escapeTag(key)
 	var keys []stateKey
 	for layer := range maxRules {
-		for _, row := range append(algorithms[:], calendarWindow) {
+		for _, row := range rows() {
 			for i, k := range stateKeys(nil, prefix, tag, &row, layer) {
 				keys = append(keys, stateKey{row: &row, layer: layer, key: k, read: stateReaders[row.suffixes[i]]})
 			}

@@ -117,6 +117,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	}
 	l := &Limiter{rdb: rdb, prefix: cfg.prefix, timeout: cfg.timeout, detach: !honoursDeadlines(rdb),
 		group: groupingOf(rdb), log: cfg.log, clock: cfg.clock}
+	l.plans.stagger = cfg.stagger
 	l.breaker = breaker{failures: cfg.breakerFailures, cooldown: cfg.breakerCooldown, span: 2 * cfg.timeout, log: cfg.log}
 	l.breaker.healthy.Store(true)
 	if c, ok := rdb.(interface{ ReloadState(context.Context) }); ok {
@@ -223,7 +224,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return ErrClosed
 	}
 	tag := escapeTag(key)
-	keys := make([]string, 0, maxRules*(len(algorithms)+2))
+	keys := make([]string, 0, maxRules*(len(algorithms)+3))
 	for layer := range maxRules {
 		for a := range algorithms {
 			if !algorithms[a].ids { // permits of requests in flight stay
@@ -231,6 +232,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 			}
 		}
 		keys = stateKeys(keys, l.prefix, tag, &calendarWindow, layer)
+		keys = stateKeys(keys, l.prefix, tag, &staggeredWindow, layer)
 	}
 	l.forget(tag)
 	_, err := l.do(ctx, func(ctx context.Context) (any, error) {
@@ -244,7 +246,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // forget drops the denials and leases this instance holds for tag.
 func (l *Limiter) forget(tag string) {
 	var buf [2]string
-	for _, row := range append(algorithms[:], calendarWindow) {
+	for _, row := range rows() {
 		k := stateKeys(buf[:0], l.prefix, tag, &row, 0)[0]
 		if l.denied != nil {
 			l.denied.forget(k)

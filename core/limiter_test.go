@@ -704,7 +704,7 @@ func TestParseReplyNeverPanics(t *testing.T) {
 		{"int element", []any{int64(1), 1, 0, 0, 0, 0}},
 		{"nested", []any{int64(1), []any{}, int64(0), int64(0), int64(0), int64(0)}},
 	}
-	pl, err := newPlan([]Limit{PerSecond(1)}, []int{0}, []int{0})
+	pl, err := newPlan([]Limit{PerSecond(1)}, []int{0}, []int{0}, false)
 	if err != nil {
 		t.Fatal(err)
 	}

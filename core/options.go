@@ -22,6 +22,7 @@ type config struct {
 	inflight        int
 	leaseShare      float64
 	clock           func() time.Time
+	stagger         bool
 	errs            []error
 }
 
@@ -194,6 +195,17 @@ func WithClock(now func() time.Time) Option {
 		}
 		c.clock = now
 	}
+}
+
+// WithStaggeredWindows starts each key's windows, for every FixedWindow
+// over a Period, at an offset of its own within the Period (from a hash of
+// its Redis key), so that a million keys of one Limit do not all reset at
+// one instant: still aligned on Redis' clock, and the same on every
+// instance that staggers. Their state is apart from an unstaggered
+// window's, so every instance of a fleet must agree. Calendar windows are
+// not staggered. The local fallback counts them as aligned windows.
+func WithStaggeredWindows() Option {
+	return func(c *config) { c.stagger = true }
 }
 
 // WithLeases lets the Limiter take a slice of a busy key's quota from Redis

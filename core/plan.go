@@ -46,8 +46,9 @@ type calendarArgs struct {
 }
 
 // newPlan validates limits; index[i] is layer i's number in the keys,
-// rule[i] its Rule's in the decision.
-func newPlan(limits []Limit, index, rule []int) (*plan, error) {
+// rule[i] its Rule's in the decision; stagger: its FixedWindows over a
+// Period are staggered (WithStaggeredWindows).
+func newPlan(limits []Limit, index, rule []int, stagger bool) (*plan, error) {
 	pl := &plan{limits: slices.Clone(limits), index: slices.Clone(index), rule: slices.Clone(rule), layers: make([]layer, len(limits))}
 	script, cal := 0, false
 	for i, lim := range limits {
@@ -59,6 +60,9 @@ func newPlan(limits []Limit, index, rule []int) (*plan, error) {
 			return nil, err
 		}
 		row := lim.row()
+		if stagger && row == &algorithms[FixedWindow] {
+			row = &staggeredWindow
+		}
 		pl.layers[i] = layer{limit: lim, p: p, row: row, index: index[i], rule: rule[i]}
 		pl.nkeys += len(row.suffixes)
 		pl.ids = pl.ids || row.ids
@@ -170,8 +174,9 @@ func (pl *plan) keys(dst []string, prefix, tag string, tags []string) []string {
 // plans caches the plans of single Limits and of Rule sets, a few of each, so the hot path finds its plan with one
 // atomic load and one comparison.
 type plans struct {
-	one    [8]atomic.Pointer[plan]
-	layers [8]atomic.Pointer[plan]
+	one     [8]atomic.Pointer[plan]
+	layers  [8]atomic.Pointer[plan]
+	stagger bool // WithStaggeredWindows
 }
 
 var layer0 = []int{0}
@@ -183,7 +188,7 @@ func (c *plans) of(limit Limit) (*plan, error) {
 	if pl := slot.Load(); pl != nil && pl.limits[0] == limit {
 		return pl, nil
 	}
-	pl, err := newPlan([]Limit{limit}, layer0, layer0)
+	pl, err := newPlan([]Limit{limit}, layer0, layer0, c.stagger)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +207,7 @@ func (c *plans) ofRules(limits []Limit, index, rule []int) (*plan, error) {
 	if pl := slot.Load(); pl != nil && slices.Equal(pl.limits, limits) && slices.Equal(pl.index, index) && slices.Equal(pl.rule, rule) {
 		return pl, nil
 	}
-	pl, err := newPlan(limits, index, rule)
+	pl, err := newPlan(limits, index, rule, c.stagger)
 	if err != nil {
 		return nil, err
 	}

@@ -52,7 +52,7 @@ var (
 // sources are the algorithms' files, each once.
 func sources() []string {
 	var out []string
-	for _, a := range append(algorithms[:], calendarWindow) {
+	for _, a := range rows() {
 		if !strings.Contains(strings.Join(out, ""), a.source) {
 			out = append(out, a.source)
 		}
@@ -94,7 +94,7 @@ func newEvalScript(src string) *evalScript { return &evalScript{redis.NewScript(
 
 func buildEvalScripts() (all, one [8]*evalScript) {
 	all[0] = newEvalScript(body(sources()...) + "return run(KEYS, ARGV)\n")
-	for _, a := range append(algorithms[:], calendarWindow) {
+	for _, a := range rows() {
 		all[a.script] = newEvalScript(body(a.source) + "return run(KEYS, ARGV)\n")
 		one[a.script] = newEvalScript(body(a.source) + "return one(KEYS, ARGV)\n")
 	}

@@ -222,7 +222,7 @@ func settleSweepLimits() []Limit {
 // granted under lim: every edge of the charge's bound (most, the largest
 // charge; the windows' 2^40), of the 2^53 guard and of int, in order.
 func settleSweepUsed(lim Limit, granted int) []int {
-	pl, err := newPlan([]Limit{lim}, layer0, layer0)
+	pl, err := newPlan([]Limit{lim}, layer0, layer0, false)
 	if err != nil {
 		panic(err)
 	}

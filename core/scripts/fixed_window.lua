@@ -22,7 +22,9 @@
 --          paths read it too).
 -- Limit    params (see limit in the prelude): period µs (a whole number of
 --          ms), rate units per window (at most 2^33, so that count plus
---          a take never reaches AHEAD nor the tag)
+--          a take never reaches AHEAD nor the tag), stagger 0 or 1: each
+--          key's windows start a whole ms of a hash of its key (SHA1's
+--          first 48 bits, modulo the period) after the epoch's multiples
 --
 -- A window lasts until its key expires, whatever the Limit becomes or
 -- Redis' clock does: a longer or shorter period starts with the next
@@ -42,14 +44,14 @@
 -- their ordinals (see cw.load): the client names only four windows, and a
 -- debt may outlast them. A REFUND counts its units out only if they were
 -- taken in the state's window.
-local fw = {nkeys = 1, nparams = 2, own = true}
+local fw = {nkeys = 1, nparams = 3, own = true}
 local cw = {nkeys = 1, nparams = 9}
 
 local FW_M, FW_AHEAD, FW_TAGS, FW_MAX = 68719476736, 34359738368, 131071, 2 ^ 53 -- 2^36, 2^35, 2^17 - 1
 
 function fw.params(args, a)
   local period = tonumber(args[a])
-  return {period = period, period_ms = period / 1000, rate = tonumber(args[a + 1])}
+  return {period = period, period_ms = period / 1000, rate = tonumber(args[a + 1]), stagger = args[a + 2] == '1'}
 end
 
 function cw.params(args, a)
@@ -58,9 +60,17 @@ function cw.params(args, a)
     o = {tonumber(args[a + 5]), tonumber(args[a + 6]), tonumber(args[a + 7]), tonumber(args[a + 8])}}
 end
 
--- fw_tag is the tag of the window of p that holds t (µs).
-local function fw_tag(p, t)
-  return floor(t / p.period) % FW_TAGS + 1
+-- fw_offset is where the windows of key start within a period (µs): at
+-- the epoch's multiples, or, staggered, a whole ms of a hash of the key.
+local function fw_offset(p, key)
+  if not p.stagger then return 0 end
+  return tonumber(sub(redis.sha1hex(key), 1, 12), 16) % p.period_ms * 1000
+end
+
+-- fw_tag is the tag of the window of p that holds t (µs), its windows
+-- starting off µs after the epoch's multiples.
+local function fw_tag(p, t, off)
+  return floor((t - off) / p.period) % FW_TAGS + 1
 end
 
 -- fw_open sets st to the window of p that holds Redis' clock, from its
@@ -69,8 +79,9 @@ end
 -- from an expiry is 1 ms longer, so that it is never short.)
 local function fw_open(st, p)
   if clock == 0 then now() end
-  local start = floor(clock / p.period) * p.period
-  st.left, st.at, st.tag = start + p.period - clock + 1000, (start + p.period) / 1000, fw_tag(p, clock)
+  local off = fw_offset(p, st.key)
+  local wend = (floor((clock - off) / p.period) + 1) * p.period + off
+  st.left, st.at, st.tag = wend - clock + 1000, wend / 1000, fw_tag(p, clock, off)
 end
 
 -- clock_after reports whether Redis' clock has reached t (µs).
@@ -84,11 +95,12 @@ end
 local function fw_end(st, p)
   if st.at then return st.at * 1000 end
   if clock == 0 then now() end
-  local i = floor((clock + st.left) / p.period)
+  local off = fw_offset(p, st.key)
+  local i = floor((clock + st.left - off) / p.period)
   for e = i - 2, i + 1 do
-    if (e - 1) % FW_TAGS + 1 == st.tag then return e * p.period end
+    if (e - 1) % FW_TAGS + 1 == st.tag then return e * p.period + off end
   end
-  return i * p.period
+  return i * p.period + off
 end
 
 -- fw.load reads its state itself (own): GET and PTTL, and TIME only where
@@ -194,7 +206,7 @@ end
 -- tag: the receipt a REFUND names.
 function fw.decide(st, p, n, mode, stamp)
   -- (A stamp beyond the tags is the clock of a call of several layers.)
-  if mode == REFUND and stamp > FW_TAGS then stamp = fw_tag(p, stamp) end
+  if mode == REFUND and stamp > FW_TAGS then stamp = fw_tag(p, stamp, fw_offset(p, st.key)) end
   local granted, count = window_grant(st.count, p, n, mode, st.ahead, st.found and not st.ahead and stamp == st.tag)
   if count ~= st.count or st.dirty then
     st.count, st.dirty = count, true
@@ -237,7 +249,7 @@ function fw.take(key, _, p, n)
   if v >= FW_M and v < FW_MAX then
     local count = v % FW_M
     local tag, wait = (v - count) / FW_M, nil
-    if clock == 0 then
+    if clock == 0 or p.stagger then
       local ttl = call('PTTL', key)
       -- (In its last ms, ttl 0, a window may have ended on Redis' clock.)
       if ttl > 0 then wait = (ttl + 1) * 1000 end
@@ -260,8 +272,9 @@ function fw.take(key, _, p, n)
   elseif v == n and n <= p.rate then
     -- A window starts: its tag is added, and its end set (as fw_open).
     if clock == 0 then now() end
-    local i = floor(clock / p.period)
-    local tag, wend = i % FW_TAGS + 1, (i + 1) * p.period
+    local off = fw_offset(p, key)
+    local i = floor((clock - off) / p.period)
+    local tag, wend = i % FW_TAGS + 1, (i + 1) * p.period + off
     call('INCRBY', key, fmt('%d', tag * FW_M))
     call('PEXPIREAT', key, fmt('%d', wend / 1000))
     return n, p.rate - n, 0, wend - clock + 1000, tag
