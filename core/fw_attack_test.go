@@ -531,18 +531,8 @@ func TestFwAttackTagWrap(t *testing.T) {
 		t.Fatal(taken, err)
 	}
 	clk.add(131070 * time.Millisecond)
-	if r, err := l.Allow(ctx, 5, lim.For("k")); err != nil || !r.Allowed {
-		t.Fatal(r, err)
-	}
-	if err := l.Refund(ctx, taken, lim.For("k")); err != nil {
-		t.Fatal(err)
-	}
-	p, err := l.Peek(ctx, lim.For("k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Remaining != 0 {
-		t.Fatalf("a refund 131070 windows late gave back %d units in a window that never took them", p.Remaining)
+	if back := fwGaveBack(t, l, 5, taken, lim.For("k")); back != 0 {
+		t.Fatalf("a refund 131070 windows late gave back %d units in a window that never took them", back)
 	}
 }
 
@@ -568,18 +558,8 @@ func TestFwAttackTagWrapPeriodChange(t *testing.T) {
 	}
 	clk.set(t2)
 	t.Logf("take at %v, refund at %v (%v later)", t1, t2, t2.Sub(t1))
-	if r, err := l.Allow(ctx, 10, l2.For("k")); err != nil || !r.Allowed {
-		t.Fatal(r, err)
-	}
-	if err := l.Refund(ctx, taken, l2.For("k")); err != nil {
-		t.Fatal(err)
-	}
-	p, err := l.Peek(ctx, l2.For("k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Remaining != 0 {
-		t.Fatalf("a refund %v late, after a Period change, gave back %d units in a window that never took them", t2.Sub(t1), p.Remaining)
+	if back := fwGaveBack(t, l, 10, taken, l2.For("k")); back != 0 {
+		t.Fatalf("a refund %v late, after a Period change, gave back %d units in a window that never took them", t2.Sub(t1), back)
 	}
 }
 
@@ -600,18 +580,8 @@ func TestFwAttackSeveralPeriodChange(t *testing.T) {
 		t.Fatal(taken, err)
 	}
 	clk.add(1500 * time.Millisecond) // the 1 s window has ended
-	if r, err := l.Allow(ctx, 10, long.For("k")); err != nil || !r.Allowed {
-		t.Fatal(r, err)
-	}
-	if err := l.Refund(ctx, taken, long.For("k"), other.For("o")); err != nil {
-		t.Fatal(err)
-	}
-	p, err := l.Peek(ctx, long.For("k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Remaining != 0 {
-		t.Fatalf("units taken in an ended 1 s window came back in the new 10 s window: Remaining %d", p.Remaining)
+	if back := fwGaveBack(t, l, 10, taken, long.For("k"), other.For("o")); back != 0 {
+		t.Fatalf("units taken in an ended 1 s window came back in the new 10 s window: Remaining %d", back)
 	}
 }
 
@@ -1060,4 +1030,24 @@ func TestFwAttackStaggeredSpread(t *testing.T) {
 		t.Fatalf("200 staggered keys reset at only %d distinct seconds of a minute", len(resets))
 	}
 	fwTTLs(t, rdb, prefix, "staggered")
+}
+
+// fwGaveBack refunds taken under rules after the window of the first Rule
+// was filled with fill units, and returns what that Rule's Peek then finds
+// left: the units a stale refund gave back into a window that never took
+// them (0 when it gave nothing).
+func fwGaveBack(t *testing.T, l *core.Limiter, fill int, taken core.Result, rules ...core.Rule) int {
+	t.Helper()
+	ctx := context.Background()
+	if r, err := l.Allow(ctx, fill, rules[0]); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if err := l.Refund(ctx, taken, rules...); err != nil {
+		t.Fatal(err)
+	}
+	p, err := l.Peek(ctx, rules[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.Remaining
 }
