@@ -227,7 +227,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	}
 	head, _ := pl.argv(l.clock())
 	keys := make([]string, 0, len(order)*pl.nkeys)
-	args := append(make([]any, 0, len(head)+len(order)+3*len(calls)), head...)
+	args := append(make([]any, 0, len(head)+3*len(calls)), head...)
 	sorted := make([]*pending, 0, len(calls))
 	refunds := false
 	for _, c := range calls {
@@ -236,9 +236,12 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	for _, k := range order {
 		reqs := byState[k]
 		keys = append(keys, reqs[0].keys[:reqs[0].nkeys]...)
-		args = append(args, len(reqs))
-		for _, c := range reqs {
-			args = c.rq.appendTail(append(args, c.rq.n*8+c.rq.mode))
+		for i, c := range reqs {
+			code := c.rq.n*8 + c.rq.mode
+			if i < len(reqs)-1 {
+				code = -code // the key's next request follows
+			}
+			args = c.rq.appendTail(append(args, code))
 			sorted = append(sorted, c)
 		}
 	}
@@ -246,7 +249,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	nl := len(pl.layers)
 	results := make([]Result, nl*len(sorted))
 	if err == nil {
-		err = parseResults(v, results, pl)
+		err = parseResults(v, results, pl, func(i int) int { return sorted[i].rq.takes() })
 	}
 	for i, c := range sorted {
 		copy(c.res[:nl], results[i*nl:])

@@ -243,7 +243,7 @@ func (rq *request) args(now time.Time) ([]any, bool) {
 	if one != nil {
 		return rq.appendTail(append(append(make([]any, 0, len(one)+3), one...), rq.n*8+rq.mode)), true
 	}
-	args := append(append(make([]any, 0, len(run)+4), run...), 1, rq.n*8+rq.mode)
+	args := append(append(make([]any, 0, len(run)+3), run...), rq.n*8+rq.mode)
 	return rq.appendTail(args), false
 }
 
@@ -268,5 +268,13 @@ func (l *Limiter) runOne(ctx context.Context, rq *request, keys []string, out []
 	if vals, ok := v.([]any); ok && len(vals) == 2 && single {
 		return parseTake(vals, out, rq)
 	}
-	return parseResults(v, out, rq.pl)
+	return parseResults(v, out, rq.pl, func(int) int { return rq.takes() })
+}
+
+// takes is the units rq takes, 0 if it is no take.
+func (rq *request) takes() int {
+	if rq.mode != modeConsume {
+		return 0
+	}
+	return rq.n
 }

@@ -249,3 +249,137 @@ func TestFixedWindowSweep(t *testing.T) {
 		}
 	}
 }
+
+// TestFwBatchTakesSweep walks the batch's loop of one-unit takes (fw.takes
+// in fixed_window.lua): batches over many keys, each key in a state of its
+// own (fresh, partly spent, one unit left, full, a debt carried ahead, a
+// window of another Period, a count above a lowered Rate), at window
+// starts, mid-window, in a window's last ms and at tags next to the wrap
+// (131071, where a packed reply nears 2^53), under Rates up to 2^33, some
+// Limiters staggered. Each key has a twin decided alone at the same
+// instant: the batch must reply and leave state exactly as the lone calls
+// do, and a refund of each batched receipt must give back exactly as the
+// twin's does. It fails if the loop packs a wrong remaining or wait (as
+// base + top - v did at the wrap, past 2^53), takes a state of another
+// window as the clock's, or names a wrong tag in the receipt.
+func TestFwBatchTakesSweep(t *testing.T) {
+	rates := []int{1, 2, 5, 1000, 1 << 33}
+	periods := []time.Duration{time.Millisecond, time.Second, time.Hour, 24 * time.Hour}
+	for seed := range 48 {
+		rng := rand.New(rand.NewPCG(uint64(seed), 27))
+		rate, period := rates[seed%len(rates)], periods[seed/len(rates)%len(periods)]
+		name := fmt.Sprintf("seed=%d/rate=%d/period=%v", seed, rate, period)
+		t.Run(name, func(t *testing.T) {
+			p := period.Microseconds()
+			// The window: its index next to the tags' wrap on some seeds.
+			// (miniredis' clock, a time.Duration from now, reaches 292
+			// years: 24 h windows do not wrap within it.)
+			w := redistest.Epoch.UnixMicro()/p + 1 + rng.Int64N(1000)
+			if jump := (131070 - w%131071 + 131071 - int64(seed/3%3)) % 131071; seed%3 == 0 && jump*p < 100*365*24*3600e6 {
+				w += jump
+			}
+			// The instant in it: its start, its last ms, or anywhere.
+			into := rng.Int64N(p)
+			switch seed % 4 {
+			case 1:
+				into = 0
+			case 2:
+				into = p - 1 - rng.Int64N(min(p, 1000))
+			}
+			now := time.UnixMicro(w*p + into)
+			opts := []Option{opsPatient, WithClock(func() time.Time { return now })}
+			if seed%5 == 4 {
+				opts = append(opts, WithStaggeredWindows())
+			}
+			// Twin servers: the batch's on a, the lone calls' on b.
+			mra, rdba := redistest.Mini(t)
+			mrb, rdbb := redistest.Mini(t)
+			redistest.SetTime(mra, now)
+			redistest.SetTime(mrb, now)
+			la, lb := opsNew(t, rdba, opts...), opsNew(t, rdbb, opts...)
+			ctx := context.Background()
+			lim := Limit{Algorithm: FixedWindow, Rate: rate, Period: period}
+			pl, err := la.plans.of(lim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := pl.layers[0].row // (staggeredWindow, staggered)
+			const keys = 14
+			key := func(i int) string { return fmt.Sprintf("k%d", i) }
+			for i := range keys {
+				state := rng.IntN(7)
+				for _, l := range []*Limiter{la, lb} {
+					k := key(i)
+					var err error
+					switch state {
+					case 1:
+						_, err = l.Allow(ctx, 1+i%rate, lim.For(k))
+					case 2:
+						if rate > 1 {
+							_, err = l.Allow(ctx, rate-1, lim.For(k))
+						}
+					case 3:
+						_, err = l.Allow(ctx, rate, lim.For(k))
+					case 4:
+						_, err = l.Settle(ctx, Result{}, min(rate*(2+i%3), 1<<40), lim.For(k))
+					case 5:
+						other := lim
+						other.Period = period * 2
+						_, err = l.Allow(ctx, 1, other.For(k))
+					case 6:
+						more := lim
+						more.Rate = min(rate*2, 1<<33)
+						_, err = l.Allow(ctx, more.Rate, more.For(k))
+					}
+					if err != nil {
+						t.Fatalf("key %d, state %d: %v", i, state, err)
+					}
+				}
+			}
+			var calls []*pending
+			for i := range keys {
+				c := &pending{rq: request{key: key(i), pl: pl, n: 1, mode: modeConsume}}
+				c.nkeys = copy(c.keys[:], stateKeys(nil, la.prefix, key(i), row, 0))
+				calls = append(calls, c)
+			}
+			la.runBatch(pl, calls)
+			for i, c := range calls {
+				want, err := lb.Allow(ctx, 1, lim.For(key(i)))
+				if err != nil || c.err != nil {
+					t.Fatalf("key %d: alone: %v; batched: %v", i, err, c.err)
+				}
+				got := c.res[0]
+				got.owner, got.period = want.owner, want.period
+				// A batch measures its waits from the clock, a lone take
+				// from its key's TTL, whole ms: up to 1 ms shorter there.
+				for _, d := range [][2]*time.Duration{{&got.RetryAfter, &want.RetryAfter}, {&got.ResetAfter, &want.ResetAfter}} {
+					if *d[0] >= *d[1] && *d[0] < *d[1]+time.Millisecond {
+						*d[0] = *d[1]
+					}
+				}
+				if !opsSame(got, want) {
+					t.Errorf("key %d: batched %+v, alone %+v", i, got, want)
+				}
+				if got.Allowed {
+					if err := la.Refund(ctx, got, lim.For(key(i))); err != nil {
+						t.Fatal(err)
+					}
+					if err := lb.Refund(ctx, want, lim.For(key(i))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for i := range keys {
+				for _, k := range stateKeys(nil, la.prefix, key(i), row, 0) {
+					ga, gb := stateOf(t, mra, k), stateOf(t, mrb, k)
+					if ga != gb || mra.TTL(k) != mrb.TTL(k) {
+						t.Errorf("key %d: batched left %s = %s (TTL %v), alone %s (TTL %v)", i, k, ga, mra.TTL(k), gb, mrb.TTL(k))
+					}
+					if mra.Exists(k) && mra.TTL(k) <= 0 {
+						t.Errorf("key %d: %s has no TTL", i, k)
+					}
+				}
+			}
+		})
+	}
+}

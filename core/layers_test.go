@@ -108,34 +108,46 @@ func (c *opsCounter) sawReply(cmd redis.Cmder) {
 	}
 	var modes []int
 	for a < len(argv) {
-		calls := num(argv[a])
+		code := num(argv[a])
 		a++
-		for range calls {
-			mode := num(argv[a]) % 8
+		mode := abs(code) % 8
+		if mode == modeRefund || mode == modeRenew {
 			a++
-			if mode == modeRefund || mode == modeRenew {
-				a++
-			}
-			if ids {
-				a++
-			}
-			modes = append(modes, mode)
 		}
+		if ids {
+			a++
+		}
+		modes = append(modes, mode)
 	}
-	for i, mode := range modes {
-		if mode != modeConsume && mode != modeAtMost || 1+(i+1)*5*nl > len(vals) {
+	at := 1
+	for _, mode := range modes {
+		if at+2 > len(vals) {
+			break
+		}
+		if x, _ := vals[at].(int64); nl == 1 && abs(x) >= packedMin {
+			// A fixed window's packed take: negative when refused.
+			if x > 0 {
+				c.admitted.Add(1)
+			}
+			at += 2
 			continue
+		}
+		if at+5*nl > len(vals) {
+			break
 		}
 		all := true
 		for j := range nl {
-			g, _ := vals[1+(i*nl+j)*5].(int64)
+			g, _ := vals[at+j*5].(int64)
 			all = all && g > 0
 		}
-		if all {
+		at += 5 * nl
+		if all && (mode == modeConsume || mode == modeAtMost) {
 			c.admitted.Add(1)
 		}
 	}
 }
+
+func abs[T int | int64](x T) T { return max(x, -x) }
 
 // isOne reports a call of the one-request form: the library's function,
 // or one of its scripts (by SHA or source).

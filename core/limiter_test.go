@@ -710,7 +710,7 @@ func TestParseReplyNeverPanics(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var out [1]Result
-		if err := parseResults(tt.v, out[:], pl); !errors.Is(err, errBadReply) {
+		if err := parseResults(tt.v, out[:], pl, func(int) int { return 1 }); !errors.Is(err, errBadReply) {
 			t.Errorf("%s: parseResults(%#v) = %+v, %v, want errBadReply", tt.name, tt.v, out[0], err)
 		}
 	}
@@ -1069,4 +1069,53 @@ func FuzzDecide(f *testing.F) {
 func public(r Result) Result {
 	r.stamp, r.owner, r.period = 0, 0, 0
 	return r
+}
+
+// TestParseResultsPacked: a batch's reply mixes packed takes (two
+// integers, a fixed window's, see packed in scripts/driver.lua) with the
+// five-integer form, and each is read at its own offset; a packed reply
+// where no take was sent, a tag out of range or integers left over are
+// errBadReply, not a Result.
+func TestParseResultsPacked(t *testing.T) {
+	pl, err := newPlan([]Limit{{Algorithm: FixedWindow, Rate: 10, Period: time.Second}}, []int{0}, []int{0}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const m = int64(packedMin)
+	takes := func(n ...int) func(int) int { return func(i int) int { return n[i] } }
+	ok := []any{int64(99), 3*m + 7, int64(5000), int64(0), int64(0), int64(2000), int64(2000), int64(3), -(4*m + 0), int64(9000)}
+	var out [3]Result
+	if err := parseResults(ok, out[:], pl, takes(2, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	want := []Result{
+		{Allowed: true, Granted: 2, Remaining: 7, ResetAfter: 5 * time.Millisecond, stamp: 3},
+		{Remaining: 0, RetryAfter: 2 * time.Millisecond, ResetAfter: 2 * time.Millisecond, stamp: 3},
+		{Remaining: 0, RetryAfter: 9 * time.Millisecond, ResetAfter: 9 * time.Millisecond, stamp: 4},
+	}
+	for i := range want {
+		if !opsSame(out[i], want[i]) {
+			t.Errorf("result %d: %+v, want %+v", i, out[i], want[i])
+		}
+	}
+	for _, tt := range []struct {
+		name  string
+		v     []any
+		takes func(int) int
+	}{
+		{"packed for a peek", ok, takes(2, 0, 0)},
+		{"one integer left over", append(append([]any(nil), ok...), int64(1)), takes(2, 0, 1)},
+		{"cut short", ok[:len(ok)-1], takes(2, 0, 1)},
+		{"tag 0", []any{int64(1), m - 1 + m, int64(5)}, takes(1)},
+		{"tag past the wrap", []any{int64(1), 131072 * m, int64(5)}, takes(1)},
+		{"no wait", []any{int64(1), 3 * m, int64(0)}, takes(1)},
+	} {
+		n := 3
+		if len(tt.v) <= 3 {
+			n = 1
+		}
+		if err := parseResults(tt.v, out[:n], pl, tt.takes); !errors.Is(err, errBadReply) {
+			t.Errorf("%s: %v, want errBadReply", tt.name, err)
+		}
+	}
 }

@@ -126,53 +126,87 @@ func (r Result) foreign(key string, row *algorithm, layer int) bool {
 // never send (a proxy in the way, or a script of another version).
 var errBadReply = errors.New("core: unexpected reply from redis")
 
-// parseTake turns the two-integer reply of a fixed window's lone take
-// (see one in scripts/driver.lua) into its Result: the window's tag times
-// 2^36 plus the units remaining, negative when refused, and the wait in
-// µs (until the window ends: ResetAfter, and RetryAfter when refused).
-func parseTake(vals []any, out []Result, rq *request) error {
-	x, ok1 := vals[0].(int64)
-	wait, ok2 := vals[1].(int64)
-	if !ok1 || !ok2 || wait <= 0 || len(out) != 1 || rq.mode != modeConsume || !rq.pl.layers[0].row.tagged {
-		return fmt.Errorf("%w: a take's reply %v", errBadReply, vals)
+// packedMin is the least magnitude of a packed take (see unpack).
+const packedMin = 1 << 36
+
+// unpack turns a period FixedWindow's take of n units under one layer,
+// packed in two integers (see packed in scripts/driver.lua), into its
+// Result: the window's tag times 2^36 plus the units remaining, negative
+// when refused, and the wait in µs (until the window ends: ResetAfter, and
+// RetryAfter when refused).
+func unpack(x int64, w any, n int, pl *plan) (Result, error) {
+	wait, ok := w.(int64)
+	if !ok || wait <= 0 || n <= 0 || len(pl.layers) != 1 || !pl.layers[0].row.tagged {
+		return Result{}, fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
 	}
-	const m, tags = 1 << 36, 131071
-	r := Result{Allowed: x > 0, Granted: rq.n, ResetAfter: time.Duration(wait) * time.Microsecond}
+	const tags = 131071
+	r := Result{Allowed: x > 0, Granted: n, ResetAfter: time.Duration(wait) * time.Microsecond}
 	if x < 0 {
 		x = -x
 		r.Granted, r.RetryAfter = 0, r.ResetAfter
 	}
-	r.Remaining, r.stamp = int(x%m), x/m
-	if r.stamp < 1 || r.stamp > tags || int64(r.Remaining) > rq.pl.capacity() {
-		return fmt.Errorf("%w: a take's reply %v", errBadReply, vals)
+	r.Remaining, r.stamp = int(x%packedMin), x/packedMin
+	if r.stamp < 1 || r.stamp > tags || int64(r.Remaining) > pl.capacity() {
+		return Result{}, fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
 	}
-	out[0] = r
-	return nil
+	return r, nil
 }
 
-// parseResults turns a script's reply into Results: the clock, then five
-// integers per result, for each request each layer of pl. It checks every
-// type and what a Result promises (a denial says how long to wait), so a
-// changed script or a proxy yields an error, never a panic nor a caller
-// that retries at once forever.
-func parseResults(v any, out []Result, pl *plan) error {
+// parseTake turns the reply of one's packed take, rq's, into its Result.
+func parseTake(vals []any, out []Result, rq *request) error {
+	x, ok := vals[0].(int64)
+	if !ok || len(out) != 1 || rq.mode != modeConsume {
+		return fmt.Errorf("%w: a take's reply %v", errBadReply, vals)
+	}
+	r, err := unpack(x, vals[1], rq.n, rq.pl)
+	out[0] = r
+	return err
+}
+
+// parseResults turns a script's reply into Results: the clock, then for
+// each request each layer of pl five integers, or, for a period
+// FixedWindow's take under one layer, two where they suffice (see packed
+// in scripts/driver.lua; taken(i) is the units the i-th request takes, 0
+// for one that is not a take). It checks every type and what a Result
+// promises (a denial says how long to wait), so a changed script or a
+// proxy yields an error, never a panic nor a caller that retries at once
+// forever.
+func parseResults(v any, out []Result, pl *plan, taken func(i int) int) error {
 	vals, ok := v.([]any)
-	if !ok || len(vals) != 1+5*len(out) {
-		return fmt.Errorf("%w: want %d integers, got %T of %d", errBadReply, 1+5*len(out), v, len(vals))
+	if !ok || len(vals) < 1+2*len(out) {
+		return fmt.Errorf("%w: want %d integers or more, got %T of %d", errBadReply, 1+2*len(out), v, len(vals))
 	}
 	clock, ok := vals[0].(int64)
 	if !ok {
 		return fmt.Errorf("%w: element 0 is %T, want int64", errBadReply, vals[0])
 	}
+	packable := len(pl.layers) == 1 && pl.layers[0].row.tagged
+	at := 1
 	for i := range out {
+		if len(vals) < at+2 {
+			return fmt.Errorf("%w: %d integers end within result %d", errBadReply, len(vals), i)
+		}
+		if x, ok := vals[at].(int64); ok && packable && (x >= packedMin || x <= -packedMin) {
+			r, err := unpack(x, vals[at+1], taken(i), pl)
+			if err != nil {
+				return err
+			}
+			out[i] = r
+			at += 2
+			continue
+		}
+		if len(vals) < at+5 {
+			return fmt.Errorf("%w: %d integers end within result %d", errBadReply, len(vals), i)
+		}
 		var ints [5]int64
 		for j := range ints {
-			v, ok := vals[1+5*i+j].(int64)
+			v, ok := vals[at+j].(int64)
 			if !ok {
-				return fmt.Errorf("%w: element %d is %T, want int64", errBadReply, 1+5*i+j, vals[1+5*i+j])
+				return fmt.Errorf("%w: element %d is %T, want int64", errBadReply, at+j, vals[at+j])
 			}
 			ints[j] = v
 		}
+		at += 5
 		out[i] = Result{
 			Allowed:    ints[0] > 0,
 			Granted:    int(ints[0]),
@@ -193,6 +227,9 @@ func parseResults(v any, out []Result, pl *plan) error {
 		if ints[1] < 0 || ints[2] < 0 || ints[3] < 0 || ints[4] < 0 {
 			return fmt.Errorf("%w: negative integer in %v", errBadReply, ints)
 		}
+	}
+	if at != len(vals) {
+		return fmt.Errorf("%w: %d integers for %d results", errBadReply, len(vals), len(out))
 	}
 	return nil
 }

@@ -8,10 +8,11 @@
 -- KEYS   for each caller key: each layer's state keys (as many as its
 --        algorithm takes), in layer order; all keys of a call share a slot
 -- ARGV   L, the number of layers; for each layer its Limit, one string
---        (see limit in the prelude); then for each caller key, in the order of KEYS: c, its number of requests,
---        and c requests: code = n * 8 + mode (n units, mode as the prelude
---        names them), then the stamp of the take for REFUND and RENEW, then
---        the permit id when a layer's algorithm has ids (Concurrency)
+--        (see limit in the prelude); then for each caller key, in the order
+--        of KEYS, its requests: code = n * 8 + mode (n units, mode as the
+--        prelude names them), negated when the key's next request follows
+--        it, then the stamp of the take for REFUND and RENEW, then the
+--        permit id when a layer's algorithm has ids (Concurrency)
 -- Reply  clock (Redis TIME, µs: the stamp of every decision of the call,
 --        which a REFUND names; 0 when no layer needed it, see own), then for
 --        each request, for each layer, five integers: granted units (0: this
@@ -20,13 +21,24 @@
 --        retry_after µs (0 unless denied), reset_after µs (until the quota
 --        is whole), and delay µs (LeakyBucket: how long an admitted request
 --        waits before it proceeds), or for a period FixedWindow the window's
---        tag, the stamp a REFUND of its units names
+--        tag, the stamp a REFUND of its units names. A period FixedWindow's
+--        take under one layer that has one wait replies in two (see packed)
 --
 -- Under several layers a request is admitted only if every layer admits
 -- it, and then takes from each; when any layer denies, none is taken, and
 -- each layer's reply says whether it alone would admit. Nothing runs
 -- between the two passes: a call is atomic.
 local vals0 = {} -- (no values: the algorithm reads its own)
+
+-- packed is a fixed window's take (d its window's tag) in two integers,
+-- when its waits are one: the tag times 2^36 plus the units remaining,
+-- negated when refused, and the wait; the peers' reply. (Its magnitude,
+-- 2^36 or more, is no granted count's, which is at most 2^33: the client
+-- tells the forms apart.) nil when the take waits for two instants.
+local function packed(r, rt, rs, d)
+  if rt == 0 then return d * 68719476736 + r, rs end
+  if rt == rs then return -(d * 68719476736 + r), rt end
+end
 
 local function run(keys, args)
   if not call then init() end
@@ -58,24 +70,38 @@ local function run(keys, args)
   -- keys of a batch over many keys) is decided as one decides it: no
   -- table for its state.
   local take = nl == 1 and layers[1].A.take
+  local takes = own and clock ~= 0 and layers[1].A.takes
   local p1 = layers[1].p
   local nkeys = #keys
   while k <= nkeys do
+    if takes then
+      k, a, o = takes(keys, args, k, a, out, o, p1)
+      if k > nkeys then break end
+    end
     -- (A take of one unit, code 8, is the common request: no tonumber.)
-    local code = take and args[a] == '1' and (args[a + 1] == '8' and 8 or tonumber(args[a + 1]))
-    if code and code % 8 == CONSUME then
+    local code = take and (args[a] == '8' and 8 or tonumber(args[a]))
+    if code and code > 0 and code % 8 == CONSUME then
       local g, r, rt, rs, d = take(keys[k], vals[k], p1, code / 8)
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
-      o, k, a = o + 5, k + 1, a + 2
+      local x, wait
+      if own then x, wait = packed(r, rt, rs, d) end
+      if x then
+        out[o + 1], out[o + 2] = x, wait
+        o = o + 2
+      else
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
+        o = o + 5
+      end
+      k, a = k + 1, a + 1
     else
       for i = 1, nl do
         st[i] = layers[i].A.load(keys, k, vals, layers[i].p)
         k = k + layers[i].A.nkeys
       end
-      local nonpeek, c = false, tonumber(args[a])
-      a = a + 1
-      for _ = 1, c do
+      local nonpeek, more = false, true
+      while more do
         local code = tonumber(args[a])
+        more = code < 0
+        if more then code = -code end
         local mode = code % 8
         local n = (code - mode) / 8
         local stamp, id = 0, 0
@@ -138,12 +164,12 @@ local function one(keys, args)
     clock = 0
     if args[2] == '8' then
       -- A fixed window's take of one unit (code 8, the common call)
-      -- that has one wait replies in two integers, as the peers do: its
-      -- tag and remaining units, negative when refused, and the wait.
-      local _, r, rt, rs, d = A.take(keys[1], nil, p, 1)
+      -- replies in two integers where it can (packed).
+      local g, r, rt, rs, d = A.take(keys[1], nil, p, 1)
+      -- (packed, written out: a call of it would add 2 % here.)
       if rt == 0 then return {d * 68719476736 + r, rs} end
       if rt == rs then return {-(d * 68719476736 + r), rt} end
-      return {clock, 0, r, rt, rs, d}
+      return {clock, g, r, rt, rs, d}
     end
   else
     now()

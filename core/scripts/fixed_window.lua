@@ -237,15 +237,16 @@ end
 
 -- take is one CONSUME of n, one's common call and a batch's key of one:
 -- INCRBY, then PTTL, and nothing else inside a window that has room; in a
--- batch of several keys, which reads the clock once, INCRBY alone.
--- A window that starts sets the key's value and expiry. Whatever else it
--- finds (a window ahead, a window's last ms, a value not ours) takes the
--- INCRBY back and is decided as load, decide and save decide it.
-function fw.take(key, _, p, n)
+-- batch of several keys, which reads the clock once, INCRBY alone (v: its
+-- reply, when takes has made it). A window that starts sets the key's
+-- value and expiry. Whatever else it finds (a window ahead, a window's
+-- last ms, a value not ours) takes the INCRBY back and is decided as load,
+-- decide and save decide it.
+function fw.take(key, _, p, n, v)
   local ns = n == 1 and '1' or fmt('%d', n)
   -- (A value that is not an integer fails here, with Redis' error; the
   -- client names the key.)
-  local v = call('INCRBY', key, ns)
+  if not v then v = call('INCRBY', key, ns) end
   if v >= FW_M and v < FW_MAX then
     local count = v % FW_M
     local tag, wait = (v - count) / FW_M, nil
@@ -287,6 +288,41 @@ function fw.take(key, _, p, n)
   local g, r, rt, rs, d = fw.decide(st, p, n, CONSUME, 0)
   fw.save(st, p, rs, true)
   return g, r, rt, rs, d
+end
+
+-- takes decides, from keys[k] and args[a] on, a batch's keys that each
+-- have one request, a take of one unit (code 8, the common request), on
+-- windows that are not staggered, and writes their replies into out from
+-- o + 1, packed (see packed in the driver) where they can be. The batch
+-- read the clock: every such key's window in progress is the clock's, so
+-- its tag and wait are the same for all, and a key is INCRBY and nothing
+-- else. It returns k, a and o past the keys it decided.
+function fw.takes(keys, args, k, a, out, o, p)
+  if p.stagger then return k, a, o end
+  local i = floor(clock / p.period)
+  local base = (i % FW_TAGS + 1) * FW_M
+  local top, wait, nkeys = base + p.rate, (i + 1) * p.period - clock + 1000, #keys
+  while k <= nkeys and args[a] == '8' do
+    local key = keys[k]
+    local v = call('INCRBY', key, '1')
+    if v > base and v <= top then
+      -- (The tag times 2^36 plus the units remaining: base + rate - count.)
+      out[o + 1], out[o + 2] = base + (top - v), wait
+      o = o + 2
+    else
+      local g, r, rt, rs, d = fw.take(key, nil, p, 1, v)
+      if rt == 0 then
+        out[o + 1], out[o + 2], o = d * FW_M + r, rs, o + 2
+      elseif rt == rs then
+        out[o + 1], out[o + 2], o = -(d * FW_M + r), rt, o + 2
+      else
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
+        o = o + 5
+      end
+    end
+    k, a = k + 1, a + 1
+  end
+  return k, a, o
 end
 
 -- cw_window returns the index in p.b of the calendar window holding t.
