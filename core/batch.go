@@ -56,6 +56,9 @@ type batcher struct {
 	max, inflight int
 	mu            sync.Mutex
 	groups        map[batchKey]*batchGroup
+	// spare is the last group forgotten, for the next to reuse: a caller
+	// alone makes and forgets a group per decision.
+	spare *batchGroup
 }
 
 type batchKey struct {
@@ -112,7 +115,11 @@ func (b *batcher) decide(ctx context.Context, l *Limiter, rq *request, id groupI
 	b.mu.Lock()
 	g := b.groups[bk]
 	if g == nil {
-		g = &batchGroup{key: bk}
+		if g = b.spare; g != nil {
+			b.spare, g.key = nil, bk
+		} else {
+			g = &batchGroup{key: bk}
+		}
 		b.groups[bk] = g
 	}
 	if g.calls < b.inflight {
@@ -168,6 +175,7 @@ func (b *batcher) end(g *batchGroup) {
 	g.calls--
 	if g.calls == 0 && len(g.queue) == 0 {
 		delete(b.groups, g.key)
+		g.key, b.spare = batchKey{}, g // (no plan kept alive by it)
 	}
 }
 
@@ -211,11 +219,10 @@ func (b *batcher) drain(l *Limiter, g *batchGroup) {
 // timeout (each caller also keeps its own deadline, and tells the breaker
 // its outcome). Requests on one key go together, in the order they came.
 func (l *Limiter) runBatch(pl *plan, calls []*pending) {
-	ctx, cancel := context.Background(), nop
+	ctx := context.Background()
 	if l.timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, l.timeout)
+		ctx = l.deadlines.bound(ctx, l.timeout)
 	}
-	defer cancel()
 	byState := make(map[string][]*pending, len(calls))
 	order := make([]string, 0, len(calls))
 	for _, c := range calls {

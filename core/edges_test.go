@@ -510,3 +510,60 @@ func TestSlidingWindowRefundedLogStaysStrict(t *testing.T) {
 		t.Errorf("the log holds %d entries (%v), want at most 1025", card, err)
 	}
 }
+
+type ctxKey struct{}
+
+// TestSharedDeadlines backs deadlines' "never shorter than the timeout, at
+// most 1 ms longer", and that a context no one can cancel shares one with
+// the calls of its ms: every bound context ends within [timeout, timeout +
+// 1 ms] of its making, keeps the caller's values, reports its deadline as
+// Err, ends a context derived from it, and a tight loop makes no more
+// contexts than the ms it spans. A context that can be cancelled keeps
+// its own timer (and its cancellation).
+func TestSharedDeadlines(t *testing.T) {
+	const timeout = 20 * time.Millisecond
+	var d deadlines
+	parent := context.WithValue(context.Background(), ctxKey{}, "v")
+	start := time.Now()
+	seen := map[context.Context]bool{}
+	var first context.Context
+	for i := range 2000 {
+		before := time.Now()
+		ctx := d.bound(context.Background(), timeout)
+		if i == 0 {
+			first = ctx
+		}
+		seen[ctx] = true
+		dl, ok := ctx.Deadline()
+		if !ok || dl.Before(before.Add(timeout)) || dl.After(time.Now().Add(timeout+time.Millisecond)) {
+			t.Fatalf("deadline %v after %v, want within [%v, %v]", dl.Sub(before), ok, timeout, timeout+time.Millisecond)
+		}
+	}
+	if spanned := time.Since(start).Milliseconds() + 2; int64(len(seen)) > spanned {
+		t.Errorf("%d contexts over %d ms, want at most one per ms", len(seen), spanned)
+	}
+	ctx := d.bound(parent, timeout)
+	if ctx.Value(ctxKey{}) != "v" {
+		t.Errorf("the caller's value is lost: %v", ctx.Value(ctxKey{}))
+	}
+	child, cancel := context.WithCancel(ctx)
+	defer cancel()
+	select {
+	case <-child.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a context derived from a bound one outlived its deadline by 5s")
+	}
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !errors.Is(first.Err(), context.DeadlineExceeded) {
+		t.Errorf("Err after the deadline: %v and %v, want DeadlineExceeded", ctx.Err(), first.Err())
+	}
+	// Through the Limiter: a cancellable caller's context keeps its own.
+	_, rdb := redistest.Mini(t)
+	l := opsNew(t, rdb, WithTimeout(timeout))
+	caller, stop := context.WithCancel(context.Background())
+	bctx, done := l.bound(caller)
+	defer done()
+	stop()
+	if bctx.Err() == nil {
+		t.Error("a bound context ignores its caller's cancel")
+	}
+}

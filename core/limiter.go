@@ -67,20 +67,21 @@ type Limiter struct {
 	// detach runs Redis calls on their own goroutine, for clients that do not
 	// honour context deadlines on the socket (ContextTimeoutEnabled unset),
 	// so that the timeout still bounds the caller.
-	detach   bool
-	group    grouping
-	log      func() *slog.Logger
-	breaker  breaker
-	denied   *denyCache // nil unless WithDenyCache
-	fallback *sketch    // nil unless WithLocalFallback
-	batch    *batcher   // nil when batching is off
-	leases   *leases    // nil unless WithLeases
-	health   healthState
-	funcs    functions
-	plans    plans
-	clock    func() time.Time // WithClock
-	closed   atomic.Bool
-	stop     func() // undoes what New registered on the client
+	detach    bool
+	deadlines deadlines // the timeout's contexts, one per ms
+	group     grouping
+	log       func() *slog.Logger
+	breaker   breaker
+	denied    *denyCache // nil unless WithDenyCache
+	fallback  *sketch    // nil unless WithLocalFallback
+	batch     *batcher   // nil when batching is off
+	leases    *leases    // nil unless WithLeases
+	health    healthState
+	funcs     functions
+	plans     plans
+	clock     func() time.Time // WithClock
+	closed    atomic.Bool
+	stop      func() // undoes what New registered on the client
 }
 
 // New returns a Limiter that keeps its state in rdb: a *redis.Client, a
