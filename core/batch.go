@@ -2,6 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -217,7 +220,8 @@ func (b *batcher) drain(l *Limiter, g *batchGroup) {
 
 // runBatch decides calls in one script call, bounded by the Limiter's
 // timeout (each caller also keeps its own deadline, and tells the breaker
-// its outcome). Requests on one key go together, in the order they came.
+// its outcome). Requests on the same state keys go together, in the order
+// they came.
 func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	ctx := context.Background()
 	if l.timeout > 0 {
@@ -227,6 +231,12 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	order := make([]string, 0, len(calls))
 	for _, c := range calls {
 		k := c.keys[0]
+		if len(pl.layers) > 1 {
+			// Rules of several keys (a user's and an organisation's)
+			// share a state only if they share every key
+			// (TestBatchAttackRulesOfSeveralKeys).
+			k = joinKeys(c.keys[:c.nkeys])
+		}
 		if _, ok := byState[k]; !ok {
 			order = append(order, k)
 		}
@@ -244,7 +254,7 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 		reqs := byState[k]
 		keys = append(keys, reqs[0].keys[:reqs[0].nkeys]...)
 		for i, c := range reqs {
-			code := c.rq.n*8 + c.rq.mode
+			code := c.rq.n*8 + c.rq.mode // (n >= 1: never 0, whose sign is lost)
 			if i < len(reqs)-1 {
 				code = -code // the key's next request follows
 			}
@@ -254,6 +264,21 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	}
 	v, err := l.call(ctx, pl, keys, args, false, refunds)
 	nl := len(pl.layers)
+	if len(order) > 1 && requestsOwn(ctx, err) {
+		// A key that holds a value redlimit did not write (or one of
+		// another type) stops the script for every key in it: each call
+		// is decided alone instead, so that only that key's callers see
+		// the error (TestBatchAttackPoisonKey). Units the script took
+		// before it stopped stay taken (the strict side); a refund, never
+		// sent twice, reports the error.
+		for _, c := range sorted {
+			c.err = err
+			if c.rq.mode != modeRefund {
+				c.err = l.runOne(ctx, &c.rq, c.keys[:c.nkeys], c.res[:nl])
+			}
+		}
+		return
+	}
 	results := make([]Result, nl*len(sorted))
 	if err == nil {
 		err = parseResults(v, results, pl, func(i int) int { return sorted[i].rq.takes() })
@@ -262,4 +287,23 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 		copy(c.res[:nl], results[i*nl:])
 		c.err = err
 	}
+}
+
+// joinKeys is keys as one string that no other list of keys spells: each
+// key after its length.
+func joinKeys(keys []string) string {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(strconv.Itoa(len(k)))
+		b.WriteByte(':')
+		b.WriteString(k)
+	}
+	return b.String()
+}
+
+// requestsOwn reports whether err is an error reply that is a request's
+// own, not Redis failing (see redisFault).
+func requestsOwn(ctx context.Context, err error) bool {
+	var reply redis.Error
+	return errors.As(err, &reply) && !redisFault(ctx, err)
 }

@@ -135,9 +135,10 @@ func nop() {}
 // bound applies the Limiter's timeout, unless the caller's own deadline
 // comes first (then a timer would be wasted). The timeout starts once the
 // first load of a new Limiter has ended (see functions.ready). A caller's
-// context that no one can cancel (context.Background, a batch's, many
-// servers') gets a deadline shared with the calls that start in the same
-// ms (see deadlines); any other a timer of its own.
+// context that no one can cancel (context.Background, as a batch's, or
+// Fiber's default user context) gets a deadline shared with the calls
+// that start in the same ms (see deadlines); any other (an HTTP or gRPC
+// request's) a timer of its own, which its cancellation needs.
 func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	l.funcs.ready(ctx)
 	if l.timeout <= 0 {
@@ -161,24 +162,30 @@ type deadlines struct {
 }
 
 type sharedDeadline struct {
-	ms     int64 // its deadline, Unix ms
+	end    time.Time // its deadline, a whole ms, with the monotonic clock
 	ctx    context.Context
 	cancel context.CancelFunc // never called: calls share ctx until its timer ends it
 }
 
 // bound is parent, which has no Done, with the deadline now + timeout
-// rounded up to a ms.
+// rounded up to a ms. (The shared one is compared on the monotonic clock,
+// which a wall-clock step does not move: a deadline made before a step
+// back is not taken for a later one.)
 func (d *deadlines) bound(parent context.Context, timeout time.Duration) context.Context {
-	now := time.Now()
-	end := now.Add(timeout) // (Add keeps the monotonic clock: no wall-clock step moves it.)
-	if rem := end.UnixNano() % int64(time.Millisecond); rem != 0 {
-		end = end.Add(time.Millisecond - time.Duration(rem))
-	}
-	ms := end.UnixMilli()
+	want := time.Now().Add(timeout)
 	s := d.cur.Load()
-	if s == nil || s.ms != ms {
+	if s != nil {
+		if gap := s.end.Sub(want); gap < 0 || gap >= time.Millisecond {
+			s = nil
+		}
+	}
+	if s == nil {
+		end := want
+		if rem := end.UnixNano() % int64(time.Millisecond); rem != 0 {
+			end = end.Add(time.Millisecond - time.Duration(rem))
+		}
 		ctx, cancel := context.WithDeadline(context.Background(), end)
-		s = &sharedDeadline{ms: ms, ctx: ctx, cancel: cancel}
+		s = &sharedDeadline{end: end, ctx: ctx, cancel: cancel}
 		d.cur.Store(s)
 	}
 	if parent == context.Background() {

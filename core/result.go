@@ -135,9 +135,10 @@ const packedMin = 1 << 36
 // when refused, and the wait in µs (until the window ends: ResetAfter, and
 // RetryAfter when refused).
 func unpack(x int64, w any, n int, pl *plan) (Result, error) {
+	bad := fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
 	wait, ok := w.(int64)
 	if !ok || wait <= 0 || n <= 0 || len(pl.layers) != 1 || !pl.layers[0].row.tagged {
-		return Result{}, fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
+		return Result{}, bad
 	}
 	const tags = 131071
 	r := Result{Allowed: x > 0, Granted: n, ResetAfter: time.Duration(wait) * time.Microsecond}
@@ -147,7 +148,7 @@ func unpack(x int64, w any, n int, pl *plan) (Result, error) {
 	}
 	r.Remaining, r.stamp = int(x%packedMin), x/packedMin
 	if r.stamp < 1 || r.stamp > tags || int64(r.Remaining) > pl.capacity() {
-		return Result{}, fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
+		return Result{}, bad
 	}
 	return r, nil
 }
@@ -224,7 +225,7 @@ func parseResults(v any, out []Result, pl *plan, taken func(i int) int) error {
 				out[i].stamp = ints[4]
 			}
 		}
-		if ints[1] < 0 || ints[2] < 0 || ints[3] < 0 || ints[4] < 0 {
+		if ints[0] < 0 || ints[1] < 0 || ints[2] < 0 || ints[3] < 0 || ints[4] < 0 {
 			return fmt.Errorf("%w: negative integer in %v", errBadReply, ints)
 		}
 	}

@@ -22,23 +22,13 @@
 --        is whole), and delay µs (LeakyBucket: how long an admitted request
 --        waits before it proceeds), or for a period FixedWindow the window's
 --        tag, the stamp a REFUND of its units names. A period FixedWindow's
---        take under one layer that has one wait replies in two (see packed)
+--        take under one layer that has one wait replies in two (fw.packed)
 --
 -- Under several layers a request is admitted only if every layer admits
 -- it, and then takes from each; when any layer denies, none is taken, and
 -- each layer's reply says whether it alone would admit. Nothing runs
 -- between the two passes: a call is atomic.
 local vals0 = {} -- (no values: the algorithm reads its own)
-
--- packed is a fixed window's take (d its window's tag) in two integers,
--- when its waits are one: the tag times 2^36 plus the units remaining,
--- negated when refused, and the wait; the peers' reply. (Its magnitude,
--- 2^36 or more, is no granted count's, which is at most 2^33: the client
--- tells the forms apart.) nil when the take waits for two instants.
-local function packed(r, rt, rs, d)
-  if rt == 0 then return d * 68719476736 + r, rs end
-  if rt == rs then return -(d * 68719476736 + r), rt end
-end
 
 local function run(keys, args)
   if not call then init() end
@@ -70,8 +60,9 @@ local function run(keys, args)
   -- keys of a batch over many keys) is decided as one decides it: no
   -- table for its state.
   local take = nl == 1 and layers[1].A.take
-  local takes = own and clock ~= 0 and layers[1].A.takes
+  local pack = nl == 1 and layers[1].A.packed
   local p1 = layers[1].p
+  local takes = own and clock ~= 0 and p1.takes
   local nkeys = #keys
   while k <= nkeys do
     if takes then
@@ -83,7 +74,7 @@ local function run(keys, args)
     if code and code > 0 and code % 8 == CONSUME then
       local g, r, rt, rs, d = take(keys[k], vals[k], p1, code / 8)
       local x, wait
-      if own then x, wait = packed(r, rt, rs, d) end
+      if pack then x, wait = pack(r, rt, rs, d) end
       if x then
         out[o + 1], out[o + 2] = x, wait
         o = o + 2
@@ -164,9 +155,9 @@ local function one(keys, args)
     clock = 0
     if args[2] == '8' then
       -- A fixed window's take of one unit (code 8, the common call)
-      -- replies in two integers where it can (packed).
+      -- replies in two integers where it can (A.packed).
       local g, r, rt, rs, d = A.take(keys[1], nil, p, 1)
-      -- (packed, written out: a call of it would add 2 % here.)
+      -- (A.packed, written out: a call of it would add 2 % here.)
       if rt == 0 then return {d * 68719476736 + r, rs} end
       if rt == rs then return {-(d * 68719476736 + r), rt} end
       return {clock, g, r, rt, rs, d}

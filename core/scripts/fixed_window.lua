@@ -51,13 +51,26 @@ local FW_M, FW_AHEAD, FW_TAGS, FW_MAX = 68719476736, 34359738368, 131071, 2 ^ 53
 
 function fw.params(args, a)
   local period = tonumber(args[a])
-  return {period = period, period_ms = period / 1000, rate = tonumber(args[a + 1]), stagger = args[a + 2] == '1'}
+  local p = {period = period, period_ms = period / 1000, rate = tonumber(args[a + 1]), stagger = args[a + 2] == '1'}
+  -- (Staggered windows end at instants of their own: no loop of takes.)
+  if not p.stagger then p.takes = fw.takes end
+  return p
 end
 
 function cw.params(args, a)
   return {rate = tonumber(args[a]),
     b = {tonumber(args[a + 1]), tonumber(args[a + 2]), tonumber(args[a + 3]), tonumber(args[a + 4])},
     o = {tonumber(args[a + 5]), tonumber(args[a + 6]), tonumber(args[a + 7]), tonumber(args[a + 8])}}
+end
+
+-- packed is a take (d its window's tag) in two integers, when its waits
+-- are one: the tag times 2^36 plus the units remaining, negated when
+-- refused, and the wait; the peers' reply. (Its magnitude, 2^36 or more,
+-- is no granted count's, which is at most 2^33: the client tells the
+-- forms apart.) nil when the take waits for two instants.
+function fw.packed(r, rt, rs, d)
+  if rt == 0 then return d * FW_M + r, rs end
+  if rt == rs then return -(d * FW_M + r), rt end
 end
 
 -- fw_offset is where the windows of key start within a period (µs): at
@@ -124,11 +137,12 @@ function fw.load(keys, k, _, p)
       st.left = wend - clock + 1000
       -- The debt's window has come: it counts from here.
       if clock < wend - p.period then st.ahead = true else st.dirty = true end
-    elseif (ttl == 0 or clock ~= 0) and clock_after(fw_end(st, p)) then
+    elseif ttl == 0 and clock_after(fw_end(st, p)) then
       -- The ms its expiry names, which a Redis keeps the key through
-      -- (miniredis not), or a call that read the clock (several layers,
-      -- whose stamp is the clock; a batch) after its window ended: on
-      -- Redis' clock, the next window has begun.
+      -- (miniredis not): on Redis' clock, the next window has begun (and
+      -- a call of several layers, whose stamp is the clock, names it).
+      -- Before that, the key's expiry is its window's end, whatever the
+      -- Period has become since (fw_end reckons with today's).
       c = 0
       fw_open(st, p)
     end
@@ -292,13 +306,12 @@ end
 
 -- takes decides, from keys[k] and args[a] on, a batch's keys that each
 -- have one request, a take of one unit (code 8, the common request), on
--- windows that are not staggered, and writes their replies into out from
--- o + 1, packed (see packed in the driver) where they can be. The batch
--- read the clock: every such key's window in progress is the clock's, so
--- its tag and wait are the same for all, and a key is INCRBY and nothing
--- else. It returns k, a and o past the keys it decided.
+-- windows that are not staggered (p.takes), and writes their replies into
+-- out from o + 1, packed where they can be. The batch read the clock:
+-- every such key's window in progress is the clock's, so its tag and wait
+-- are the same for all, and a key is INCRBY and nothing else. It returns
+-- k, a and o past the keys it decided.
 function fw.takes(keys, args, k, a, out, o, p)
-  if p.stagger then return k, a, o end
   local i = floor(clock / p.period)
   local base = (i % FW_TAGS + 1) * FW_M
   local top, wait, nkeys = base + p.rate, (i + 1) * p.period - clock + 1000, #keys
@@ -311,10 +324,10 @@ function fw.takes(keys, args, k, a, out, o, p)
       o = o + 2
     else
       local g, r, rt, rs, d = fw.take(key, nil, p, 1, v)
-      if rt == 0 then
-        out[o + 1], out[o + 2], o = d * FW_M + r, rs, o + 2
-      elseif rt == rs then
-        out[o + 1], out[o + 2], o = -(d * FW_M + r), rt, o + 2
+      local x, w = fw.packed(r, rt, rs, d)
+      if x then
+        out[o + 1], out[o + 2] = x, w
+        o = o + 2
       else
         out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
         o = o + 5

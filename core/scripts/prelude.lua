@@ -61,10 +61,13 @@ end
 --                    string key, whose value is v, as load, decide and save
 --                    would make it, for one's common call and a batch's
 --                    key of one CONSUME
---   takes(keys, args, k, a, out, o, p) optional, with own: a batch's
---                    keys of one take of one unit each, from keys[k] on,
---                    in a call that read the clock; it returns k, a and o
---                    past them (see fw.takes)
+--   packed(r, rt, rs, d) optional: a take's reply in two integers, or
+--                    nil (see fw.packed)
+-- and its params (p) may hold
+--   takes(keys, args, k, a, out, o, p), with own: a batch's keys of one
+--                    take of one unit each, from keys[k] on, in a call that
+--                    read the clock; it returns k, a and o past them (see
+--                    fw.takes)
 local algorithms = {}
 
 -- limit returns the Limit that spec, one ARGV string, spells:
