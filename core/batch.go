@@ -223,10 +223,8 @@ func (b *batcher) drain(l *Limiter, g *batchGroup) {
 // its outcome). Requests on the same state keys go together, in the order
 // they came.
 func (l *Limiter) runBatch(pl *plan, calls []*pending) {
-	ctx := context.Background()
-	if l.timeout > 0 {
-		ctx = l.deadlines.bound(ctx, l.timeout)
-	}
+	ctx, cancel := l.bound(context.Background())
+	defer cancel()
 	byState := make(map[string][]*pending, len(calls))
 	order := make([]string, 0, len(calls))
 	for _, c := range calls {
@@ -267,16 +265,19 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	if len(order) > 1 && requestsOwn(ctx, err) {
 		// A key that holds a value redlimit did not write (or one of
 		// another type) stops the script for every key in it: each call
-		// is decided alone instead, so that only that key's callers see
-		// the error (TestBatchAttackPoisonKey). Units the script took
-		// before it stopped stay taken (the strict side); a refund, never
-		// sent twice, reports the error.
+		// is decided alone instead, all at once, so that only that key's
+		// callers see the error (TestBatchAttackPoisonKey) and the others
+		// wait one more round trip (TestBatchAttackPoisonKeySlowNetwork).
+		// Units the script took before it stopped stay taken (the strict
+		// side); a refund, never sent twice, reports the error.
+		var wg sync.WaitGroup
 		for _, c := range sorted {
 			c.err = err
 			if c.rq.mode != modeRefund {
-				c.err = l.runOne(ctx, &c.rq, c.keys[:c.nkeys], c.res[:nl])
+				wg.Go(func() { c.err = l.runOne(ctx, &c.rq, c.keys[:c.nkeys], c.res[:nl]) })
 			}
 		}
+		wg.Wait()
 		return
 	}
 	results := make([]Result, nl*len(sorted))

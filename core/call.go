@@ -137,8 +137,9 @@ func nop() {}
 // first load of a new Limiter has ended (see functions.ready). A caller's
 // context that no one can cancel (context.Background, as a batch's, or
 // Fiber's default user context) gets a deadline shared with the calls
-// that start in the same ms (see deadlines); any other (an HTTP or gRPC
-// request's) a timer of its own, which its cancellation needs.
+// that start in the same ms (see deadlines), up to maxSharedTimeout; any
+// other (an HTTP or gRPC request's) a timer of its own, which its
+// cancellation needs.
 func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	l.funcs.ready(ctx)
 	if l.timeout <= 0 {
@@ -147,11 +148,17 @@ func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFun
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
 		return ctx, nop
 	}
-	if ctx.Done() == nil {
+	if ctx.Done() == nil && l.timeout <= maxSharedTimeout {
 		return l.deadlines.bound(ctx, l.timeout), nop
 	}
 	return context.WithTimeout(ctx, l.timeout)
 }
+
+// maxSharedTimeout bounds the timeouts whose deadlines are shared: a
+// shared deadline is never cancelled early (calls still hold it), so it
+// lives its whole timeout, one per ms: a second's are about 400 KB, an
+// hour's would be gigabytes (TestBatchAttackSharedDeadlinesRetainReal).
+const maxSharedTimeout = time.Second
 
 // deadlines hands out the timeout's deadlines rounded up to a whole ms,
 // one context for all the calls that start within a ms: never shorter

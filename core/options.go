@@ -62,9 +62,9 @@ func WithPrefix(prefix string) Option {
 
 // WithTimeout bounds each decision, on top of the caller's context: a Redis
 // that is slower, or gone, costs a caller at most d (for a context no one
-// can cancel, as context.Background, d rounded up to a whole ms: the calls
-// that start within a ms share one deadline rather than a timer each). 0
-// leaves only the caller's context. Default: 50ms (a
+// can cancel, as context.Background, and d up to 1s, d rounded up to a
+// whole ms: the calls that start within a ms share one deadline rather
+// than a timer each). 0 leaves only the caller's context. Default: 50ms (a
 // healthy Redis answers in well under a millisecond).
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
