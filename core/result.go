@@ -135,20 +135,19 @@ const packedMin = 1 << 36
 // when refused, and the wait in µs (until the window ends: ResetAfter, and
 // RetryAfter when refused).
 func unpack(x int64, w any, n int, pl *plan) (Result, error) {
-	bad := fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
 	wait, ok := w.(int64)
 	if !ok || wait <= 0 || n <= 0 || len(pl.layers) != 1 || !pl.layers[0].row.tagged {
-		return Result{}, bad
+		return Result{}, fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
 	}
 	const tags = 131071
 	r := Result{Allowed: x > 0, Granted: n, ResetAfter: time.Duration(wait) * time.Microsecond}
+	v := max(x, -x)
 	if x < 0 {
-		x = -x
 		r.Granted, r.RetryAfter = 0, r.ResetAfter
 	}
-	r.Remaining, r.stamp = int(x%packedMin), x/packedMin
+	r.Remaining, r.stamp = int(v%packedMin), v/packedMin
 	if r.stamp < 1 || r.stamp > tags || int64(r.Remaining) > pl.capacity() {
-		return Result{}, bad
+		return Result{}, fmt.Errorf("%w: a take's reply %v %v", errBadReply, x, w)
 	}
 	return r, nil
 }
