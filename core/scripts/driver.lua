@@ -64,15 +64,16 @@ local function run(keys, args)
   local p1 = layers[1].p
   local takes = own and clock ~= 0 and p1.takes
   local nkeys = #keys
+  local took -- (the reply of the INCRBY takes made where it stopped)
   while k <= nkeys do
     if takes then
-      k, a, o = takes(keys, args, k, a, out, o, p1)
+      k, a, o, took = takes(keys, args, k, a, out, o, p1)
       if k > nkeys then break end
     end
     -- (A take of one unit, code 8, is the common request: no tonumber.)
     local code = take and (args[a] == '8' and 8 or tonumber(args[a]))
     if code and code > 0 and code % 8 == CONSUME then
-      local g, r, rt, rs, d = take(keys[k], vals[k], p1, code / 8)
+      local g, r, rt, rs, d = take(keys[k], vals[k], p1, code / 8, took)
       local x, wait
       if pack then x, wait = pack(r, rt, rs, d) end
       if x then

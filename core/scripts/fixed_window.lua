@@ -251,16 +251,16 @@ end
 
 -- take is one CONSUME of n, one's common call and a batch's key of one:
 -- INCRBY, then PTTL, and nothing else inside a window that has room; in a
--- batch of several keys, which reads the clock once, INCRBY alone (v: its
--- reply, when takes has made it). A window that starts sets the key's
+-- batch of several keys, which reads the clock once, INCRBY alone (took:
+-- its reply, when takes has made it). A window that starts sets the key's
 -- value and expiry. Whatever else it finds (a window ahead, a window's
 -- last ms, a value not ours) takes the INCRBY back and is decided as load,
 -- decide and save decide it.
-function fw.take(key, _, p, n, v)
+function fw.take(key, _, p, n, took)
   local ns = n == 1 and '1' or fmt('%d', n)
   -- (A value that is not an integer fails here, with Redis' error; the
   -- client names the key.)
-  if not v then v = call('INCRBY', key, ns) end
+  local v = took or call('INCRBY', key, ns)
   if v >= FW_M and v < FW_MAX then
     local count = v % FW_M
     local tag, wait = (v - count) / FW_M, nil
@@ -307,33 +307,22 @@ end
 -- takes decides, from keys[k] and args[a] on, a batch's keys that each
 -- have one request, a take of one unit (code 8, the common request), on
 -- windows that are not staggered (p.takes), and writes their replies into
--- out from o + 1, packed where they can be. The batch read the clock:
--- every such key's window in progress is the clock's, so its tag and wait
--- are the same for all, and a key is INCRBY and nothing else. It returns
--- k, a and o past the keys it decided.
+-- out from o + 1, packed. The batch read the clock: every such key's
+-- window in progress is the clock's, so its tag and wait are the same for
+-- all, and a key is INCRBY and nothing else. It returns k, a and o past
+-- the keys it decided, and, where it stopped at a key it found otherwise
+-- (a window that starts, one full, one of another tag, a value not ours),
+-- that key's INCRBY reply, for take to decide it.
 function fw.takes(keys, args, k, a, out, o, p)
   local i = floor(clock / p.period)
   local base = (i % FW_TAGS + 1) * FW_M
   local top, wait, nkeys = base + p.rate, (i + 1) * p.period - clock + 1000, #keys
   while k <= nkeys and args[a] == '8' do
-    local key = keys[k]
-    local v = call('INCRBY', key, '1')
-    if v > base and v <= top then
-      -- (The tag times 2^36 plus the units remaining: base + rate - count.)
-      out[o + 1], out[o + 2] = base + (top - v), wait
-      o = o + 2
-    else
-      local g, r, rt, rs, d = fw.take(key, nil, p, 1, v)
-      local x, w = fw.packed(r, rt, rs, d)
-      if x then
-        out[o + 1], out[o + 2] = x, w
-        o = o + 2
-      else
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
-        o = o + 5
-      end
-    end
-    k, a = k + 1, a + 1
+    local v = call('INCRBY', keys[k], '1')
+    if v <= base or v > top then return k, a, o, v end
+    -- (The tag times 2^36 plus the units remaining: base + rate - count.)
+    out[o + 1], out[o + 2] = base + (top - v), wait
+    o, k, a = o + 2, k + 1, a + 1
   end
   return k, a, o
 end

@@ -57,17 +57,17 @@ end
 --                    reset_after µs, delay µs; it updates st and sets
 --                    st.dirty when there is something to write
 --   save(st, p, reset, nonpeek) writes st (reset: µs until it is whole)
---   take(key, v, p, n) optional: one CONSUME of n on a state of one
---                    string key, whose value is v, as load, decide and save
---                    would make it, for one's common call and a batch's
---                    key of one CONSUME
+--   take(key, v, p, n, took) optional: one CONSUME of n on a state of
+--                    one string key, whose value is v, as load, decide and
+--                    save would make it, for one's common call and a
+--                    batch's key of one CONSUME (took: see takes)
 --   packed(r, rt, rs, d) optional: a take's reply in two integers, or
 --                    nil (see fw.packed)
 -- and its params (p) may hold
 --   takes(keys, args, k, a, out, o, p), with own: a batch's keys of one
 --                    take of one unit each, from keys[k] on, in a call that
---                    read the clock; it returns k, a and o past them (see
---                    fw.takes)
+--                    read the clock; it returns k, a and o past them, and
+--                    the took that take is then passed (see fw.takes)
 local algorithms = {}
 
 -- limit returns the Limit that spec, one ARGV string, spells:
