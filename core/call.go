@@ -157,7 +157,7 @@ func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFun
 // maxSharedTimeout bounds the timeouts whose deadlines are shared: a
 // shared deadline is never cancelled early (calls still hold it), so it
 // lives its whole timeout, one per ms: a second's are about 400 KB, an
-// hour's would be gigabytes (TestBatchAttackSharedDeadlinesRetainReal).
+// hour's would be gigabytes (TestSharedDeadlines).
 const maxSharedTimeout = time.Second
 
 // deadlines hands out the timeout's deadlines rounded up to a whole ms,

@@ -519,7 +519,8 @@ type ctxKey struct{}
 // 1 ms] of its making, keeps the caller's values, reports its deadline as
 // Err, ends a context derived from it, and a tight loop makes no more
 // contexts than the ms it spans. A context that can be cancelled keeps
-// its own timer (and its cancellation).
+// its own timer (and its cancellation), as does a timeout above
+// maxSharedTimeout.
 func TestSharedDeadlines(t *testing.T) {
 	const timeout = 20 * time.Millisecond
 	var d deadlines
@@ -556,8 +557,19 @@ func TestSharedDeadlines(t *testing.T) {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !errors.Is(first.Err(), context.DeadlineExceeded) {
 		t.Errorf("Err after the deadline: %v and %v, want DeadlineExceeded", ctx.Err(), first.Err())
 	}
-	// Through the Limiter: a cancellable caller's context keeps its own.
+	// A timeout above maxSharedTimeout is not shared: a shared deadline
+	// lives its whole timeout (calls hold it), so an hour's, one per ms,
+	// would keep gigabytes. Each call has its own, ended by its cancel.
 	_, rdb := redistest.Mini(t)
+	long := opsNew(t, rdb, WithTimeout(time.Hour))
+	c1, done1 := long.bound(context.Background())
+	c2, done2 := long.bound(context.Background())
+	done1()
+	done2()
+	if c1 == c2 || !errors.Is(c1.Err(), context.Canceled) {
+		t.Errorf("under a 1h timeout: contexts shared %v, Err after cancel %v; want one each, ended", c1 == c2, c1.Err())
+	}
+	// Through the Limiter: a cancellable caller's context keeps its own.
 	l := opsNew(t, rdb, WithTimeout(timeout))
 	caller, stop := context.WithCancel(context.Background())
 	bctx, done := l.bound(caller)
