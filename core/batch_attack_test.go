@@ -146,11 +146,11 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // gated runs callers so that they are decided in one batch: four fillers
 // (decisions under the same plan, on keys of their own) take the group's
 // four slots and are held at the gate; the callers, started one after
-// another 5 ms apart (so that they queue in that order), queue behind
-// them; the gate opens, and the first filler to return takes the queue
-// into one call. It returns the widest script call (caller keys) made
-// after the gate opened.
-func gated(t *testing.T, g *batchGate, fill func(i int), callers ...func()) int {
+// another, each once the one before it has queued on l (or is held at
+// the gate, or has returned), queue behind them in that order; the gate
+// opens, and the first filler to return takes the queue into one call. It
+// returns the widest script call (caller keys) made after the gate opened.
+func gated(t *testing.T, g *batchGate, l *core.Limiter, fill func(i int), callers ...func()) int {
 	t.Helper()
 	g.close()
 	var wg sync.WaitGroup
@@ -158,11 +158,17 @@ func gated(t *testing.T, g *batchGate, fill func(i int), callers ...func()) int 
 		wg.Go(func() { fill(i) })
 	}
 	waitUntil(t, "4 fillers held at the gate", func() bool { return g.held.Load() >= 4 })
-	for _, c := range callers {
-		wg.Go(c)
-		time.Sleep(5 * time.Millisecond)
+	for i, c := range callers {
+		before := core.Waiting(l) + int(g.held.Load())
+		var returned atomic.Bool
+		wg.Go(func() {
+			c()
+			returned.Store(true)
+		})
+		waitUntil(t, fmt.Sprintf("caller %d queued", i), func() bool {
+			return returned.Load() || core.Waiting(l)+int(g.held.Load()) > before
+		})
 	}
-	time.Sleep(50 * time.Millisecond)
 	m := g.mark()
 	g.open()
 	wg.Wait()
@@ -210,7 +216,7 @@ func TestBatchAttackRulesOfSeveralKeys(t *testing.T) {
 					res[i], errs[i] = l.Allow(ctx, 1, user.For("u"), org.For(orgKey(i)))
 				})
 			}
-			wide := gated(t, g, func(i int) {
+			wide := gated(t, g, l, func(i int) {
 				_, _ = l.Allow(ctx, 1, user.For(fmt.Sprintf("f%d", i)), org.For(fmt.Sprintf("forg%d", i)))
 			}, callers...)
 			t.Logf("widest script call after the gate: %d keys", wide)
@@ -297,7 +303,7 @@ func periodLengthened(t *testing.T, where string) {
 	for i := range 3 {
 		callers = append(callers, func() { _, _ = l.Allow(ctx, 1, long.For(fmt.Sprintf("x%d", i))) })
 	}
-	wide := gated(t, g, func(i int) { _, _ = l.Allow(ctx, 1, long.For(fmt.Sprintf("f%d", i))) }, callers...)
+	wide := gated(t, g, l, func(i int) { _, _ = l.Allow(ctx, 1, long.For(fmt.Sprintf("f%d", i))) }, callers...)
 	if berr != nil {
 		t.Fatal(berr)
 	}
@@ -378,7 +384,7 @@ func poison(t *testing.T, where string, rate int) {
 					for i, k := range keys {
 						callers = append(callers, func() { res[i], errs[i] = l.Allow(ctx, 1, lim.For(k)) })
 					}
-					wide := gated(t, g, func(i int) { _, _ = l.Allow(ctx, 1, lim.For(fmt.Sprintf("%s-f%d", kind.name, i))) }, callers...)
+					wide := gated(t, g, l, func(i int) { _, _ = l.Allow(ctx, 1, lim.For(fmt.Sprintf("%s-f%d", kind.name, i))) }, callers...)
 					if wide < 2 {
 						t.Fatalf("no batch formed (widest call %d keys)", wide)
 					}
@@ -950,7 +956,7 @@ func mixedStates(t *testing.T, where string, into func(P int64) int64, stagger b
 	for j, q := range reqs {
 		callers = append(callers, func() { got[j], errs[j] = do(la, "a", q) })
 	}
-	wide := gated(t, g, func(i int) { _, _ = la.Allow(ctx, 1, lim.For(fmt.Sprintf("f%d", i))) }, callers...)
+	wide := gated(t, g, la, func(i int) { _, _ = la.Allow(ctx, 1, lim.For(fmt.Sprintf("f%d", i))) }, callers...)
 	if wide < 10 {
 		t.Errorf("the widest batch had %d keys", wide)
 	}
@@ -1079,7 +1085,7 @@ func TestBatchAttackRefundBatchedReceipts(t *testing.T) {
 				for _, i := range extra {
 					callers = append(callers, func() { _, _ = l.Allow(ctx, 2, lim.For(fmt.Sprintf("x%d", i))) })
 				}
-				gated(t, g, fill, callers...)
+				gated(t, g, l, fill, callers...)
 				return rs
 			}
 			batchRefunds := func(rs []core.Result, ids []int) {
@@ -1092,7 +1098,7 @@ func TestBatchAttackRefundBatchedReceipts(t *testing.T) {
 					})
 					callers = append(callers, func() { _, _ = l.Allow(ctx, 1, lim.For(fmt.Sprintf("y%d", i))) })
 				}
-				gated(t, g, fill, callers...)
+				gated(t, g, l, fill, callers...)
 			}
 			all := make([]int, keys)
 			for i := range all {
@@ -1869,7 +1875,7 @@ func TestBatchAttackProtocolEveryAlgorithm(t *testing.T) {
 			for j, q := range reqs {
 				callers = append(callers, func() { got[j], errs[j] = do(la, "a", q) })
 			}
-			wide := gated(t, g, func(i int) { _, _ = la.Allow(ctx, 1, lim.For(fmt.Sprintf("f%d", i))) }, callers...)
+			wide := gated(t, g, la, func(i int) { _, _ = la.Allow(ctx, 1, lim.For(fmt.Sprintf("f%d", i))) }, callers...)
 			if wide < 2 {
 				t.Errorf("no batch of several keys (widest %d)", wide)
 			}

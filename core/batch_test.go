@@ -441,3 +441,42 @@ func stateOf(t *testing.T, mr *miniredis.Miniredis, key string) string {
 	}
 	return fmt.Sprintf("%s %v ttl %v", typ, v, mr.TTL(key))
 }
+
+// TestPlansConverge backs plans.keep: concurrent first decisions under
+// one Limit (or one set of Rules) all get the same plan, so a batch does
+// not split them into groups of their own. (With a plan stored by each,
+// the last one winning, fillers and callers landed in different groups
+// and a caller made a call of its own past the group's four in flight.)
+func TestPlansConverge(t *testing.T) {
+	lim := Limit{Algorithm: FixedWindow, Rate: 6, Period: time.Minute}
+	limits := []Limit{lim, {Algorithm: TokenBucket, Rate: 9, Period: time.Hour, Burst: 9}}
+	idx := []int{0, 1}
+	for round := range 200 {
+		var c plans
+		const callers = 8
+		got := make([][2]*plan, callers)
+		var start, wg sync.WaitGroup
+		start.Add(1)
+		for i := range callers {
+			wg.Go(func() {
+				start.Wait()
+				a, err := c.of(lim)
+				if err != nil {
+					t.Error(err)
+				}
+				b, err := c.ofRules(limits, idx, idx)
+				if err != nil {
+					t.Error(err)
+				}
+				got[i] = [2]*plan{a, b}
+			})
+		}
+		start.Done()
+		wg.Wait()
+		for i := range got {
+			if got[i] != got[0] {
+				t.Fatalf("round %d: caller %d got plans %p, caller 0 %p", round, i, got[i], got[0])
+			}
+		}
+	}
+}

@@ -185,15 +185,29 @@ func (c *plans) of(limit Limit) (*plan, error) {
 	h := (uint64(limit.Rate)*0x9E3779B97F4A7C15 ^ uint64(limit.Period)>>10 ^ uint64(limit.Burst)<<7 ^
 		uint64(limit.Algorithm) ^ uint64(limit.Calendar)<<3) * 0x9E3779B97F4A7C15
 	slot := &c.one[h>>61]
-	if pl := slot.Load(); pl != nil && pl.limits[0] == limit {
-		return pl, nil
+	old := slot.Load()
+	if old != nil && old.limits[0] == limit {
+		return old, nil
 	}
 	pl, err := newPlan([]Limit{limit}, layer0, layer0, c.stagger)
 	if err != nil {
 		return nil, err
 	}
-	slot.Store(pl)
-	return pl, nil
+	return c.keep(slot, old, pl, func(cur *plan) bool { return cur.limits[0] == limit }), nil
+}
+
+// keep stores pl in slot unless another caller stored a plan of the same
+// limits since old was read; then it is theirs that every caller uses:
+// a batch groups decisions by plan, so concurrent first decisions under
+// one Limit must not make a group each (TestPlansConverge).
+func (c *plans) keep(slot *atomic.Pointer[plan], old, pl *plan, same func(*plan) bool) *plan {
+	if slot.CompareAndSwap(old, pl) {
+		return pl
+	}
+	if cur := slot.Load(); cur != nil && same(cur) {
+		return cur
+	}
+	return pl
 }
 
 // ofRules is the plan of limits, layer i being number index[i] among its
@@ -204,13 +218,16 @@ func (c *plans) ofRules(limits []Limit, index, rule []int) (*plan, error) {
 		h = (h ^ uint64(l.Rate) ^ uint64(l.Period)>>10 ^ uint64(l.Algorithm)<<5 ^ uint64(index[i])<<13 ^ uint64(rule[i])<<17) * 0x9E3779B97F4A7C15
 	}
 	slot := &c.layers[h>>61]
-	if pl := slot.Load(); pl != nil && slices.Equal(pl.limits, limits) && slices.Equal(pl.index, index) && slices.Equal(pl.rule, rule) {
-		return pl, nil
+	same := func(pl *plan) bool {
+		return slices.Equal(pl.limits, limits) && slices.Equal(pl.index, index) && slices.Equal(pl.rule, rule)
+	}
+	old := slot.Load()
+	if old != nil && same(old) {
+		return old, nil
 	}
 	pl, err := newPlan(limits, index, rule, c.stagger)
 	if err != nil {
 		return nil, err
 	}
-	slot.Store(pl)
-	return pl, nil
+	return c.keep(slot, old, pl, same), nil
 }
