@@ -139,25 +139,28 @@ func (b *batcher) decide(ctx context.Context, l *Limiter, rq *request, id groupI
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		copy(out, c.res[:len(out)])
-		err := c.err
-		recycle(c)
-		return err
+		return c.answer(out)
 	case <-ctx.Done():
-		// Redis may still decide a request already taken into a call: one
-		// that gave up may be counted (limits err on the strict side),
-		// never admitted. One still queued is skipped.
-		if c.state.CompareAndSwap(pendingQueued, pendingLeft) || c.state.CompareAndSwap(pendingInCall, pendingLeft) {
-			return l.wrap(ctx, ctx.Err())
-		}
-		// Answered as the context ended: the answer stands (it may have
-		// taken units).
-		<-c.done
-		copy(out, c.res[:len(out)])
-		err := c.err
-		recycle(c)
-		return err
+	case <-caller(ctx).Done():
 	}
+	// Redis may still decide a request already taken into a call: one
+	// that gave up may be counted (limits err on the strict side), never
+	// admitted. One still queued is skipped.
+	if c.state.CompareAndSwap(pendingQueued, pendingLeft) || c.state.CompareAndSwap(pendingInCall, pendingLeft) {
+		return l.wrap(ctx, ended(ctx))
+	}
+	// Answered as the context ended: the answer stands (it may have taken
+	// units).
+	<-c.done
+	return c.answer(out)
+}
+
+// answer hands c's results to its caller and recycles it.
+func (c *pending) answer(out []Result) error {
+	copy(out, c.res[:len(out)])
+	err := c.err
+	recycle(c)
+	return err
 }
 
 // release ends a call of g: if callers queued meanwhile, the slot goes on

@@ -30,6 +30,12 @@ func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any,
 	if single {
 		fn, script = libraryOne, pl.single
 	}
+	if err := caller(ctx).Err(); err != nil {
+		// Gave up before its call left (go-redis, seeing the shared
+		// deadline's Done alone, would send it still): no units taken
+		// for a request that will not run (TestBoundCallerLeaves).
+		return nil, l.wrap(ctx, err)
+	}
 	if !l.detach {
 		v, err := l.run(ctx, fn, script, keys, args, once)
 		return v, l.wrap(ctx, notWritten(err, pl, keys))
@@ -134,21 +140,22 @@ func nop() {}
 
 // bound applies the Limiter's timeout, unless the caller's own deadline
 // comes first (then a timer would be wasted). The timeout starts once the
-// first load of a new Limiter has ended (see functions.ready). A caller's
-// context that no one can cancel (context.Background, as a batch's, or
-// Fiber's default user context) gets a deadline shared with the calls
-// that start in the same ms (see deadlines), up to maxSharedTimeout; any
-// other (an HTTP or gRPC request's) a timer of its own, which its
-// cancellation needs.
+// first load of a new Limiter has ended (see functions.ready). Up to
+// maxSharedTimeout, the deadline is shared with the calls that start in
+// the same ms (see deadlines), whether the caller's context can be
+// cancelled (an HTTP or gRPC request's) or not (context.Background, as a
+// batch's). A caller's deadline up to 1 ms after the timeout's is kept
+// as it is: a shared one may be that much later, and no context may end
+// after its parent.
 func (l *Limiter) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	l.funcs.ready(ctx)
 	if l.timeout <= 0 {
 		return ctx, nop
 	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= l.timeout+time.Millisecond {
 		return ctx, nop
 	}
-	if ctx.Done() == nil && l.timeout <= maxSharedTimeout {
+	if l.timeout <= maxSharedTimeout {
 		return l.deadlines.bound(ctx, l.timeout), nop
 	}
 	return context.WithTimeout(ctx, l.timeout)
@@ -174,10 +181,10 @@ type sharedDeadline struct {
 	cancel context.CancelFunc // never called: calls share ctx until its timer ends it
 }
 
-// bound is parent, which has no Done, with the deadline now + timeout
-// rounded up to a ms. (The shared one is compared on the monotonic clock,
-// which a wall-clock step does not move: a deadline made before a step
-// back is not taken for a later one.)
+// bound is parent, whose deadline (if any) is later, with the deadline
+// now + timeout rounded up to a ms. (The shared one is compared on the
+// monotonic clock, which a wall-clock step does not move: a deadline made
+// before a step back is not taken for a later one.)
 func (d *deadlines) bound(parent context.Context, timeout time.Duration) context.Context {
 	want := time.Now().Add(timeout)
 	s := d.cur.Load()
@@ -202,6 +209,14 @@ func (d *deadlines) bound(parent context.Context, timeout time.Duration) context
 }
 
 // boundCtx is the caller's context (its values) with a shared deadline.
+// Its Done and Err are the shared deadline's alone. So go-redis does not
+// see a caller give up once its call has left: its read ends with the
+// reply or the deadline (at most the Limiter's timeout plus 1 ms), as it
+// would anyway (a read watches the socket's deadline, not Done), and its
+// wait for a pooled connection, under a pool exhausted, also runs to the
+// deadline. Ours watch the caller too: a decision queued for a batch
+// leaves at once, one not yet sent is not sent, and its error is the
+// caller's (see caller and ended; TestBoundCallerLeaves).
 type boundCtx struct {
 	context.Context
 	shared context.Context
@@ -210,6 +225,25 @@ type boundCtx struct {
 func (c *boundCtx) Deadline() (time.Time, bool) { return c.shared.Deadline() }
 func (c *boundCtx) Done() <-chan struct{}       { return c.shared.Done() }
 func (c *boundCtx) Err() error                  { return c.shared.Err() }
+
+// caller is the caller's own context under a bound one, else ctx (a
+// select on both then has one channel twice).
+func caller(ctx context.Context) context.Context {
+	if c, ok := ctx.(*boundCtx); ok {
+		return c.Context
+	}
+	return ctx
+}
+
+// ended is why a bound context ended: the caller's giving up first (so
+// that it matches the caller's own ctx.Err(), as Limiter's errors
+// promise), else its deadline.
+func ended(ctx context.Context) error {
+	if err := caller(ctx).Err(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
 
 // Value asks the shared context first: it holds no value of the caller's,
 // only the one by which a context derived from this one (context.WithCancel)
@@ -239,15 +273,16 @@ func (l *Limiter) detached(ctx context.Context, f func(context.Context) (any, er
 	case r := <-ch:
 		return r.v, l.wrap(ctx, r.err)
 	case <-ctx.Done():
-		return nil, l.wrap(ctx, ctx.Err())
+	case <-caller(ctx).Done():
 	}
+	return nil, l.wrap(ctx, ended(ctx))
 }
 
 func (l *Limiter) wrap(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+	if ctxErr := ended(ctx); ctxErr != nil && !errors.Is(err, ctxErr) {
 		// go-redis reports a deadline on the socket as an i/o timeout.
 		return fmt.Errorf("core: redis: %w (%v)", ctxErr, err)
 	}

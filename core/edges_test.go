@@ -518,9 +518,9 @@ type ctxKey struct{}
 // the calls of its ms: every bound context ends within [timeout, timeout +
 // 1 ms] of its making, keeps the caller's values, reports its deadline as
 // Err, ends a context derived from it, and a tight loop makes no more
-// contexts than the ms it spans. A context that can be cancelled keeps
-// its own timer (and its cancellation), as does a timeout above
-// maxSharedTimeout.
+// contexts than the ms it spans; a caller's context that can be cancelled
+// shares it too (its cancellation: TestBoundCallerLeaves). A timeout
+// above maxSharedTimeout keeps a timer per call.
 func TestSharedDeadlines(t *testing.T) {
 	const timeout = 20 * time.Millisecond
 	var d deadlines
@@ -573,13 +573,15 @@ func TestSharedDeadlines(t *testing.T) {
 	if c1 == c2 || !errors.Is(c1.Err(), context.Canceled) {
 		t.Errorf("under a 1h timeout: contexts shared %v, Err after cancel %v; want one each, ended", c1 == c2, c1.Err())
 	}
-	// Through the Limiter: a cancellable caller's context keeps its own.
+	// Through the Limiter: a cancellable caller's context shares the
+	// deadline too, keeps its values, and is found by caller.
 	l := opsNew(t, rdb, WithTimeout(timeout))
-	caller, stop := context.WithCancel(context.Background())
-	bctx, done := l.bound(caller)
+	mine, stop := context.WithCancel(parent)
+	defer stop()
+	bctx, done := l.bound(mine)
 	defer done()
-	stop()
-	if bctx.Err() == nil {
-		t.Error("a bound context ignores its caller's cancel")
+	shared := l.deadlines.cur.Load().end
+	if dl, _ := bctx.Deadline(); !dl.Equal(shared) || caller(bctx) != mine || bctx.Value(ctxKey{}) != "v" {
+		t.Errorf("a cancellable caller's bound context: deadline %v (shared %v), caller %v, value %v", dl, shared, caller(bctx), bctx.Value(ctxKey{}))
 	}
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -443,6 +444,110 @@ func queued(l *Limiter) int {
 		n += len(g.queue)
 	}
 	return n
+}
+
+// TestBoundCallerLeaves backs boundCtx's "waits of ours watch the
+// caller's Done too": a caller whose context can be cancelled shares the
+// Limiter's deadline (1 s here), whose Done does not close when the
+// caller gives up. Queued behind a group's four calls in flight, or
+// waiting on a detached call, it leaves at once with context.Canceled,
+// while the calls are still held: watching the shared Done alone, it
+// would leave a second later with DeadlineExceeded. With its call on the
+// wire, it ends at the deadline, with the caller's error (ended).
+func TestBoundCallerLeaves(t *testing.T) {
+	for _, detach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("detach=%v", detach), func(t *testing.T) {
+			_, rdb := redistest.Mini(t)
+			l := opsNew(t, rdb, WithTimeout(time.Second))
+			l.detach = detach
+			lim := PerMinute(10)
+			if _, err := l.Allow(context.Background(), 1, lim.For("warm")); err != nil {
+				t.Fatal(err)
+			}
+			g := &gate{arrived: make(chan struct{}, 16), release: make(chan struct{})}
+			rdb.AddHook(g)
+			var wg sync.WaitGroup
+			defer wg.Wait() // after the release, deferred below
+			defer close(g.release)
+			held := 4 // the group's calls in flight, so the next caller queues
+			if detach {
+				held = 0
+			}
+			for range held {
+				wg.Go(func() { _, _ = l.Allow(context.Background(), 1, lim.For("hot")) })
+				<-g.arrived
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			wg.Go(func() {
+				_, err := l.Allow(ctx, 1, lim.For("hot"))
+				done <- err
+			})
+			waitFor := func() bool { return queued(l) > 0 }
+			if detach {
+				waitFor = func() bool { return len(g.arrived) > 0 }
+			}
+			for deadline := time.Now().Add(10 * time.Second); !waitFor(); runtime.Gosched() {
+				if time.Now().After(deadline) {
+					t.Fatal("the caller neither queued nor sent its call")
+				}
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("a caller that gave up: %v, want context.Canceled", err)
+			}
+		})
+	}
+	// Its call on the wire, to a Redis that stalls: go-redis waits for the
+	// shared deadline, and the error is still the caller's, not a fault.
+	t.Run("in flight", func(t *testing.T) {
+		_, rdb := redistest.Mini(t)
+		l := opsNew(t, rdb, WithTimeout(100*time.Millisecond))
+		lim := PerMinute(10)
+		if _, err := l.Allow(context.Background(), 1, lim.For("warm")); err != nil {
+			t.Fatal(err)
+		}
+		st := &stallHook{arrived: make(chan struct{}, 16)}
+		rdb.AddHook(st)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := l.Allow(ctx, 1, lim.For("hot"))
+			done <- err
+		}()
+		<-st.arrived
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) || errors.Is(err, ErrUnavailable) {
+			t.Errorf("a caller that gave up with its call on the wire: %v, want context.Canceled, not ErrUnavailable", err)
+		}
+		// Given up before it is sent: not sent.
+		if _, err := l.Allow(ctx, 1, lim.For("hot")); !errors.Is(err, context.Canceled) {
+			t.Errorf("a caller that gave up before its call: %v, want context.Canceled", err)
+		}
+		if n := len(st.arrived); n != 0 {
+			t.Errorf("%d calls sent for a caller that had given up", n)
+		}
+	})
+}
+
+// stallHook is a Redis that answers no script call: each waits for its
+// context to end.
+type stallHook struct{ arrived chan struct{} }
+
+func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" || name == "fcall" {
+			h.arrived <- struct{}{}
+			<-ctx.Done()
+			cmd.SetErr(ctx.Err())
+			return ctx.Err()
+		}
+		return next(ctx, cmd)
+	}
 }
 
 // TestBatchLoneCallerNeverWaits backs README "Batching": "A decision whose

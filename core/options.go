@@ -61,11 +61,12 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithTimeout bounds each decision, on top of the caller's context: a Redis
-// that is slower, or gone, costs a caller at most d (for a context no one
-// can cancel, as context.Background, and d up to 1s, d rounded up to a
-// whole ms: the calls that start within a ms share one deadline rather
-// than a timer each). 0 leaves only the caller's context. Default: 50ms (a
-// healthy Redis answers in well under a millisecond).
+// that is slower, or gone, costs a caller at most d (for d up to 1s, d
+// rounded up to a whole ms: the calls that start within a ms share one
+// deadline rather than a timer each). A caller that gives up while its
+// decision is queued for a batch leaves at once; while its call is on the
+// wire, with the reply or at d. 0 leaves only the caller's context.
+// Default: 50ms (a healthy Redis answers in well under a millisecond).
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {
