@@ -507,7 +507,7 @@ func TestBoundCallerLeaves(t *testing.T) {
 		if _, err := l.Allow(context.Background(), 1, lim.For("warm")); err != nil {
 			t.Fatal(err)
 		}
-		st := &stallHook{arrived: make(chan struct{}, 16)}
+		st := stallScripts{arrived: make(chan struct{}, 16)}
 		rdb.AddHook(st)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -528,26 +528,6 @@ func TestBoundCallerLeaves(t *testing.T) {
 			t.Errorf("%d calls sent for a caller that had given up", n)
 		}
 	})
-}
-
-// stallHook is a Redis that answers no script call: each waits for its
-// context to end.
-type stallHook struct{ arrived chan struct{} }
-
-func (h *stallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *stallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (h *stallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" || name == "fcall" {
-			h.arrived <- struct{}{}
-			<-ctx.Done()
-			cmd.SetErr(ctx.Err())
-			return ctx.Err()
-		}
-		return next(ctx, cmd)
-	}
 }
 
 // TestBatchLoneCallerNeverWaits backs README "Batching": "A decision whose

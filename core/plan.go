@@ -193,14 +193,14 @@ func (c *plans) of(limit Limit) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.keep(slot, old, pl, func(cur *plan) bool { return cur.limits[0] == limit }), nil
+	return keep(slot, old, pl, func(cur *plan) bool { return cur.limits[0] == limit }), nil
 }
 
 // keep stores pl in slot unless another caller stored a plan of the same
 // limits since old was read; then it is theirs that every caller uses:
 // a batch groups decisions by plan, so concurrent first decisions under
 // one Limit must not make a group each (TestPlansConverge).
-func (c *plans) keep(slot *atomic.Pointer[plan], old, pl *plan, same func(*plan) bool) *plan {
+func keep(slot *atomic.Pointer[plan], old, pl *plan, same func(*plan) bool) *plan {
 	if slot.CompareAndSwap(old, pl) {
 		return pl
 	}
@@ -229,5 +229,5 @@ func (c *plans) ofRules(limits []Limit, index, rule []int) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.keep(slot, old, pl, same), nil
+	return keep(slot, old, pl, same), nil
 }

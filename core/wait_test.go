@@ -320,15 +320,18 @@ func TestWaitRedisTimeoutIsNotTheSentinel(t *testing.T) {
 
 // stallScripts is a redis.Hook under which every decision (a script or
 // function call) hangs until its context ends, as on a Redis too slow for
-// the Limiter's timeout.
-type stallScripts struct{}
+// the Limiter's timeout. Each call is told on arrived, if it is set.
+type stallScripts struct{ arrived chan struct{} }
 
 func (stallScripts) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (stallScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (s stallScripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		switch cmd.Name() {
 		case "evalsha", "eval", "fcall":
+			if s.arrived != nil {
+				s.arrived <- struct{}{}
+			}
 			<-ctx.Done()
 			cmd.SetErr(ctx.Err())
 			return ctx.Err()
