@@ -201,6 +201,9 @@ func TestBatchAttackRulesOfSeveralKeys(t *testing.T) {
 			ctx := context.Background()
 			l := fwNew(t, rdb, core.WithPrefix(prefix), core.WithTimeout(10*time.Second))
 			user, org := fwLimit(1000, time.Hour), fwLimit(8, time.Hour)
+			if where == "real" {
+				clearOfPeriodEnd(t, rdb, time.Hour, 10*time.Second)
+			}
 			const n = 8
 			orgKey := func(i int) string { return fmt.Sprintf("org%d", i) }
 			for i := 1; i < n; i++ {
@@ -351,6 +354,9 @@ func poison(t *testing.T, where string, rate int) {
 			ctx := context.Background()
 			l := fwNew(t, rdb, core.WithPrefix(prefix), core.WithTimeout(10*time.Second))
 			lim := fwLimit(rate, time.Hour)
+			if where == "real" {
+				clearOfPeriodEnd(t, rdb, time.Hour, 10*time.Second)
+			}
 			kinds := []struct {
 				name  string
 				setup func(sk string) error
@@ -524,6 +530,9 @@ func hammer(t *testing.T, admin *redis.Client, rate int, period time.Duration, s
 	}
 	l := fwNew(t, rdb, opts...)
 	lim := fwLimit(rate, period)
+	if rate == 1<<33 && !stagger {
+		clearOfPeriodEnd(t, rdb, period, dur+10*time.Second) // (its keys are counted below)
+	}
 	P := period.Microseconds()
 	const hot, cold = 4, 256
 	keyName := func(k int) string { return fmt.Sprintf("k%d", k) }
@@ -1193,6 +1202,9 @@ func accounting(t *testing.T, admin *redis.Client, rate int, stagger bool) {
 	}
 	l := fwNew(t, rdb, opts...)
 	lim := fwLimit(rate, time.Hour)
+	if !stagger {
+		clearOfPeriodEnd(t, rdb, time.Hour, 10*time.Second)
+	}
 	const hot, cold = 6, 120
 	name := func(k int) string { return fmt.Sprintf("k%d", k) }
 	net := make([]atomic.Int64, hot+cold)
@@ -1629,6 +1641,7 @@ func TestBatchAttackCallerGivesUpReal(t *testing.T) {
 	rdb.AddHook(lat)
 	l := fwNew(t, rdb, core.WithPrefix(prefix), core.WithTimeout(2*time.Second))
 	lim := fwLimit(40, time.Hour)
+	clearOfPeriodEnd(t, rdb, time.Hour, 10*time.Second)
 	bg := context.Background()
 	if _, err := l.Allow(bg, 1, lim.For("warm")); err != nil {
 		t.Fatal(err)
@@ -1926,6 +1939,7 @@ func TestBatchAttackPlansChurnReal(t *testing.T) {
 	ctx := context.Background()
 	const limits, keysPer = 12, 6
 	lim := func(i int) core.Limit { return fwLimit(i+1, time.Hour) }
+	clearOfPeriodEnd(t, rdb, time.Hour, 10*time.Second)
 	granted := make([]atomic.Int64, limits*keysPer)
 	stop := time.Now().Add(time.Second)
 	var wg sync.WaitGroup
