@@ -252,11 +252,20 @@ func TestBatchAttackRulesOfSeveralKeys(t *testing.T) {
 // fw.load) and open a fresh one: 10 more units inside the 200 ms window.
 func TestBatchAttackPeriodLengthenedKeepsCount(t *testing.T) {
 	for _, where := range []string{"mini", "real"} {
-		t.Run(where, func(t *testing.T) { periodLengthened(t, where) })
+		t.Run(where, func(t *testing.T) {
+			for attempt := 1; ; attempt++ {
+				if periodLengthened(t, where, attempt == 3) {
+					return
+				}
+			}
+		})
 	}
 }
 
-func periodLengthened(t *testing.T, where string) {
+// periodLengthened runs the test once and reports whether it ran in time
+// (on the real clock a busy machine may take too long, and unless last is
+// set, that run is left for another).
+func periodLengthened(t *testing.T, where string, last bool) bool {
 	const P1, P2 = 200 * time.Millisecond, 400 * time.Millisecond
 	ctx := context.Background()
 	var rdb *redis.Client
@@ -311,6 +320,10 @@ func periodLengthened(t *testing.T, where string) {
 		t.Fatal(berr)
 	}
 	if t1, _ := redisMicros(ctx, rdb); clk == nil && t1%400000 >= 200000 {
+		if !last {
+			t.Logf("too slow, once more: the calls ran from %dµs to %dµs into the 400 ms window, past the 200 ms one", t0%400000, t1%400000)
+			return false
+		}
 		t.Fatalf("too slow: the calls ran from %dµs to %dµs into the 400 ms window, past the 200 ms one", t0%400000, t1%400000)
 	}
 	t.Logf("lone %+v; widest batch %d keys", lone, wide)
@@ -323,6 +336,7 @@ func periodLengthened(t *testing.T, where string) {
 	if batched.Allowed {
 		t.Errorf("batched, the key's window (10 of 10 spent, 160 ms left) was found ended after the Period grew to %v: admitted, %+v", P2, batched)
 	}
+	return true
 }
 
 // TestBatchAttackPoisonKey: a hostile or buggy writer puts a value
