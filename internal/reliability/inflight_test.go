@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type linkProxy struct {
 	up      chan struct{} // closed while the link is up
 	dropped bool
 	conns   []net.Conn
+	// before and after, if set, see each chunk forwarded (toServer: from
+	// the client), before it waits for the link and after it was written.
+	before, after atomic.Pointer[func(toServer bool, b []byte)]
 }
 
 func startProxy(t testing.TB, target string) *linkProxy {
@@ -81,23 +85,29 @@ func (p *linkProxy) serve() {
 			_ = s.Close()
 			continue
 		}
-		go p.pipe(s, c)
-		go p.pipe(c, s)
+		go p.pipe(s, c, true)
+		go p.pipe(c, s, false)
 	}
 }
 
-func (p *linkProxy) pipe(dst, src net.Conn) {
+func (p *linkProxy) pipe(dst, src net.Conn, toServer bool) {
 	defer func() { _ = dst.Close() }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
+			if f := p.before.Load(); f != nil {
+				(*f)(toServer, buf[:n])
+			}
 			p.mu.Lock()
 			up := p.up
 			p.mu.Unlock()
 			<-up
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
+			}
+			if f := p.after.Load(); f != nil {
+				(*f)(toServer, buf[:n])
 			}
 		}
 		if err != nil {
@@ -154,6 +164,11 @@ type inflightCase struct {
 	until    time.Duration // the others ask until then, and until A ends (0: to + lease/2)
 	timeout  time.Duration // the Limiters' (0: 100 ms)
 	fail     httplimit.FailPolicy
+	// at, for a cut, lands it on A's first renewal past from - 100 ms
+	// rather than at from: "request" holds the renewal's command,
+	// "reply" lets the command through and holds its reply. The cut
+	// lasts to - from.
+	at string
 }
 
 func (c inflightCase) String() string {
@@ -232,6 +247,7 @@ func runInflight(t *testing.T, s *redistest.Server, c inflightCase) inflightOutc
 	case <-aDone:
 		t.Fatal("request A was never admitted")
 	}
+	watchDone := watchPermits(t, s, prefix, t0)
 
 	// The others ask until A has ended and, by default, half a lease has
 	// passed since the fault: what Redis does once it answers again
@@ -273,9 +289,30 @@ func runInflight(t *testing.T, s *redistest.Server, c inflightCase) inflightOutc
 	case "pause":
 		faultOn, faultOff = s.Pause, s.Resume
 	}
-	time.Sleep(time.Until(t0.Add(c.from)))
-	faultOn()
-	time.Sleep(time.Until(t0.Add(c.to)))
+	if c.at == "" {
+		time.Sleep(time.Until(t0.Add(c.from)))
+		faultOn()
+		time.Sleep(time.Until(t0.Add(c.to)))
+	} else {
+		time.Sleep(time.Until(t0.Add(c.from - 100*time.Millisecond)))
+		fired := make(chan struct{})
+		var once sync.Once
+		hook := func(toServer bool, b []byte) {
+			low := strings.ToLower(string(b))
+			if toServer && (strings.Contains(low, "fcall") || strings.Contains(low, "evalsha")) {
+				once.Do(func() { proxy.cut(); close(fired) })
+			}
+		}
+		if c.at == "request" {
+			proxy.before.Store(&hook)
+		} else {
+			proxy.after.Store(&hook)
+		}
+		<-fired
+		proxy.before.Store(nil)
+		proxy.after.Store(nil)
+		time.Sleep(c.to - c.from)
+	}
 	faultOff()
 	<-aDone
 	until := c.until
@@ -286,6 +323,7 @@ func runInflight(t *testing.T, s *redistest.Server, c inflightCase) inflightOutc
 	close(stop)
 	wg.Wait()
 	out.most, out.others = most.Load(), others.Load()
+	watchDone()
 	t.Logf("%v: at most %d at once; A ended after %v (cause %v); %d served elsewhere", c, out.most, out.aEnd, out.cause, out.others)
 	return out
 }
@@ -421,6 +459,108 @@ func TestInFlightFaultSweep(t *testing.T) {
 					t.Errorf("A ran on %v after the link came back to a full key", late)
 				}
 			})
+		}
+	}
+}
+
+// TestInFlightCutOnRenewal cuts instance 0's link exactly on A's first
+// renewal: holding its command, or letting the command through and holding
+// its reply; a fault of an eighth of a lease must cost A nothing, and
+// never two handlers at once.
+func TestInFlightCutOnRenewal(t *testing.T) {
+	s := redistest.StartServer(t)
+	for _, at := range []string{"request", "reply"} {
+		lease := 2 * time.Second
+		from := lease / 2
+		c := inflightCase{lease: lease, fault: "cut", from: from, to: from + lease/8,
+			runA: from + lease/8 + lease, hold: lease / 2, fail: httplimit.FailClosed, at: at}
+		t.Run(at, func(t *testing.T) {
+			got := runInflight(t, s, c)
+			if got.most > 1 {
+				t.Errorf("%d handlers of the key at once, want at most 1", got.most)
+			}
+			if got.cause != nil {
+				t.Errorf("A's context ended (%v) for a fault of an eighth of a lease", got.cause)
+			}
+		})
+	}
+}
+
+// watchPermits polls, on a connection of its own (not through the proxy),
+// the permits of the run's InFlight key and Redis' clock every 10 ms from
+// t0, and logs each change: who held which permit until when, on Redis'
+// clock and on ours. It also logs how far Redis' clock (TIME, a wall
+// clock) ran from ours (monotonic) over the run: the lease is judged on
+// Redis' clock, the renewals are timed on ours. The returned func stops
+// it and logs what it saw.
+func watchPermits(t *testing.T, s *redistest.Server, prefix string, t0 time.Time) func() {
+	t.Helper()
+	rdb := s.Client(t, nil)
+	stop, done := make(chan struct{}), make(chan struct{})
+	var lines []string
+	var firstRedis, lastRedis int64
+	var firstOurs, lastOurs time.Duration
+	script := redis.NewScript(`local t = redis.call('TIME')
+local out = {t[1] * 1000000 + t[2]}
+if KEYS[1] ~= '' then
+  local z = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  for i = 1, #z do out[#out + 1] = z[i] end
+end
+return out`)
+	go func() {
+		defer close(done)
+		key, prev := "", "?"
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			if key == "" {
+				keys, _, err := rdb.Scan(ctx, 0, prefix+":*cc3*", 100).Result()
+				if err == nil && len(keys) == 1 {
+					key = keys[0]
+				}
+			}
+			v, err := script.Run(ctx, rdb, []string{key}).Slice()
+			cancel()
+			ours := time.Since(t0)
+			if err != nil || len(v) == 0 {
+				continue
+			}
+			now := v[0].(int64)
+			if firstRedis == 0 {
+				firstRedis, firstOurs = now, ours
+			}
+			lastRedis, lastOurs = now, ours
+			var b strings.Builder
+			for i := 1; i+1 < len(v); i += 2 {
+				score, _ := strconv.ParseInt(fmt.Sprint(v[i+1]), 10, 64)
+				state := "live"
+				if score <= now {
+					state = "lapsed"
+				}
+				fmt.Fprintf(&b, " %v:%s until %+.3fs", v[i], state, float64(score-firstRedis)/1e6+firstOurs.Seconds())
+			}
+			if cur := b.String(); cur != prev {
+				lines = append(lines, fmt.Sprintf("%7.3fs (redis %7.3fs):%s", ours.Seconds(), float64(now-firstRedis)/1e6+firstOurs.Seconds(), cur))
+				prev = cur
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+		for _, l := range lines {
+			t.Logf("permits at %s", l)
+		}
+		if firstRedis != 0 {
+			drift := time.Duration(lastRedis-firstRedis)*time.Microsecond - (lastOurs - firstOurs)
+			t.Logf("Redis' clock ran %v against ours over %v", drift, lastOurs-firstOurs)
+			if drift > 100*time.Millisecond || drift < -100*time.Millisecond {
+				t.Logf("Redis' clock (TIME, wall) stepped by %v during the run: the leases Redis judges moved by as much", drift)
+			}
 		}
 	}
 }
