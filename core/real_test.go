@@ -90,11 +90,7 @@ func scanKeys(t testing.TB, rdb redis.UniversalClient, prefix string) map[string
 // redisNow is Redis' own clock, in µs.
 func redisNow(t testing.TB, rdb redis.UniversalClient) int64 {
 	t.Helper()
-	tm, err := rdb.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatalf("TIME: %v", err)
-	}
-	return tm.UnixMicro()
+	return redistest.Now(t, rdb).UnixMicro()
 }
 
 // checkAllTTLs fails unless every key under prefix has a TTL.

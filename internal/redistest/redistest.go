@@ -262,6 +262,17 @@ func (b *LogBuffer) String() string {
 	return b.b.String()
 }
 
+// Now is Redis' clock (TIME): what its windows are aligned on and its
+// expiries judged by.
+func Now(tb testing.TB, rdb redis.UniversalClient) time.Time {
+	tb.Helper()
+	tm, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		tb.Fatalf("TIME: %v", err)
+	}
+	return tm
+}
+
 // highs is the latest time SetTime set on each miniredis.
 var highs sync.Map // *miniredis.Miniredis -> time.Time
 

@@ -100,9 +100,9 @@ func TestClusterKeysSpreadOverAllMasters(t *testing.T) {
 		sizes     map[string]int64
 	)
 	for attempt := 0; ; attempt++ {
-		t0 := redisHour(t, rdb)
+		t0 := redistest.Now(t, rdb).Truncate(time.Hour)
 		prefix, lim, perMaster, sizes = spread(t, rdb, limit, keys)
-		if attempt > 0 || redisHour(t, rdb) == t0 {
+		if attempt > 0 || redistest.Now(t, rdb).Truncate(time.Hour).Equal(t0) {
 			break
 		}
 	}
@@ -191,15 +191,6 @@ func spread(t *testing.T, rdb *redis.ClusterClient, limit core.Limit, n int) (pr
 		t.Fatalf("ForEachMaster: %v", err)
 	}
 	return prefix, lim, perMaster, sizes
-}
-
-// redisHour is the hour Redis' clock is in.
-func redisHour(t *testing.T, rdb redis.UniversalClient) int64 {
-	tm, err := rdb.Time(context.Background()).Result()
-	if err != nil {
-		t.Fatalf("TIME: %v", err)
-	}
-	return tm.Unix() / 3600
 }
 
 // shardOf returns the master serving slot and its first replica ("" if
