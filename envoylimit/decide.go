@@ -1,0 +1,206 @@
+package envoylimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Bounds on what one request may ask, so that a hostile client costs a
+// bounded amount of work and Redis.
+const (
+	maxDescriptors = 64 // per request
+	maxEntries     = 32 // per descriptor
+	maxRules       = 8  // per call of the Limiter (core's bound)
+)
+
+// item is a descriptor of a request that matched a rate_limit.
+type item struct {
+	desc   int // its index among the request's descriptors
+	lim    *limit
+	rule   core.Rule
+	hits   uint64
+	series *counters
+	how    outcome
+	res    core.Result // when how is decided
+	same   int         // the item it is counted with (the same Rule), or -1
+}
+
+type outcome uint8
+
+const (
+	unasked outcome = iota // another descriptor refused the request before it was asked
+	decided                // res is what the Limiter said
+	refused                // refused without asking: requests_per_unit 0, or hits above the limit
+	failed                 // Redis failed, and the request is refused
+)
+
+// ShouldRateLimit decides every descriptor of the request together, all
+// or nothing: the request is admitted only if each descriptor's limit
+// admits it, and then counts in every one; refused, it counts in none.
+func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	resp, items, err := s.plan(req)
+	if err != nil {
+		s.metrics.failed("service_error")
+		return nil, err
+	}
+	admitted := true
+	if len(items) > 0 {
+		if admitted, err = s.decide(ctx, items); err != nil {
+			if admitted, err = s.fault(ctx, items, err); err != nil {
+				return nil, err
+			}
+		}
+	}
+	s.answer(resp, items, admitted)
+	return resp, nil
+}
+
+// decide asks the Limiter: the descriptors refused without asking, then
+// those of hits_addend 0 (a look, which takes nothing), then the others, in
+// one call per hits_addend (at most maxRules Rules each), giving back what
+// earlier calls took when a later one refuses. Shadow-mode descriptors are
+// asked after, each alone, for an admitted request only.
+func (s *Server) decide(ctx context.Context, items []item) (bool, error) {
+	merge(items)
+	var peek []int
+	var take [][]int // by hits
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.same >= 0:
+		case it.lim.rule.Rate == 0 || it.hits > uint64(it.lim.rule.Capacity()):
+			it.how = refused
+			if !it.lim.shadow {
+				return false, nil
+			}
+		case it.lim.shadow:
+		case it.hits == 0:
+			peek = append(peek, i)
+		default:
+			g := slices.IndexFunc(take, func(g []int) bool { return items[g[0]].hits == it.hits })
+			if g < 0 {
+				take = append(take, nil)
+				g = len(take) - 1
+			}
+			take[g] = append(take[g], i)
+		}
+	}
+	var tx txn
+	if ok, err := tx.run(ctx, s.limiter, items, peek); !ok || err != nil {
+		return ok, err
+	}
+	for _, g := range take {
+		if ok, err := tx.run(ctx, s.limiter, items, g); !ok || err != nil {
+			tx.undo(ctx, s.limiter)
+			return ok, err
+		}
+	}
+	for i := range items {
+		if it := &items[i]; it.lim.shadow && it.same < 0 && it.how == unasked {
+			var shadow txn
+			_, _ = shadow.run(ctx, s.limiter, items, []int{i}) // a fault leaves it unasked
+		}
+	}
+	return true, nil
+}
+
+// merge counts descriptors that name the same Rule as one, with their
+// hits added, as envoyproxy/ratelimit counts each of them on one key.
+func merge(items []item) {
+	first := make(map[core.Rule]int, len(items))
+	for i := range items {
+		it := &items[i]
+		it.same = -1
+		if j, ok := first[it.rule]; ok && items[j].lim.shadow == it.lim.shadow {
+			it.same = j
+			if items[j].hits += it.hits; items[j].hits < it.hits {
+				items[j].hits = 1<<64 - 1 // saturated: above any limit
+			}
+			continue
+		}
+		first[it.rule] = i
+	}
+}
+
+// txn is what a request took so far, to give back if it is refused.
+type txn struct {
+	took []core.Result
+	of   [][]core.Rule
+}
+
+// run decides the items idx (of one hits_addend) in calls of at most
+// maxRules Rules; false when one of them refused.
+func (t *txn) run(ctx context.Context, l *core.Limiter, items []item, idx []int) (bool, error) {
+	for len(idx) > 0 {
+		part := idx[:min(len(idx), maxRules)]
+		idx = idx[len(part):]
+		rules := make([]core.Rule, len(part))
+		for j, i := range part {
+			rules[j] = items[i].rule
+		}
+		var res core.Result
+		var err error
+		if n := items[part[0]].hits; n == 0 {
+			res, err = l.Peek(ctx, rules...)
+		} else {
+			res, err = l.Allow(ctx, int(n), rules...)
+		}
+		if err != nil {
+			return false, err
+		}
+		for j, i := range part {
+			items[i].how, items[i].res = decided, res
+			if len(part) > 1 {
+				items[i].res = res.Rules[j]
+			}
+		}
+		if !res.Allowed {
+			return false, nil
+		}
+		if res.Granted > 0 {
+			t.took, t.of = append(t.took, res), append(t.of, rules)
+		}
+	}
+	return true, nil
+}
+
+// undo gives back what the request took, even if its caller has gone:
+// a refused request counts in none of its descriptors.
+func (t *txn) undo(ctx context.Context, l *core.Limiter) {
+	ctx = context.WithoutCancel(ctx)
+	for i := range t.took {
+		_ = l.Refund(ctx, t.took[i], t.of[i]...) // the windows' units lapse with them if this fails
+	}
+}
+
+// fault answers a request the Limiter could not decide: refused
+// (OVER_LIMIT), or, with Config.EnvoyFailureMode, the gRPC status
+// UNAVAILABLE, for Envoy's failure_mode_deny to decide.
+func (s *Server) fault(ctx context.Context, items []item, err error) (bool, error) {
+	switch {
+	case ctx.Err() != nil:
+		return false, status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, core.ErrUnavailable) || errors.Is(err, core.ErrClosed):
+		s.metrics.failed("redis_error")
+		if s.envoyFailureMode || errors.Is(err, core.ErrClosed) {
+			return false, status.Error(codes.Unavailable, err.Error())
+		}
+		for i := range items {
+			if it := &items[i]; !it.lim.shadow && it.how != decided {
+				it.how = failed
+			}
+		}
+		return false, nil
+	default:
+		s.metrics.failed("service_error")
+		return false, status.Error(codes.Internal, fmt.Sprintf("envoylimit: %v", err))
+	}
+}

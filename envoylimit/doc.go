@@ -1,0 +1,2 @@
+// Package envoylimit serves Envoy's rate limit service protocol.
+package envoylimit

@@ -1,0 +1,147 @@
+package envoylimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Config is what New makes a Server of.
+type Config struct {
+	// Limiter decides every descriptor, on its Redis. Required.
+	Limiter *core.Limiter
+	// Path is the configuration, in envoyproxy/ratelimit's format: a YAML
+	// file, or a directory whose .yaml and .yml files (not those whose
+	// names start with '.') each hold a domain. Required.
+	Path string
+	// Reload is how often Path is looked at for a change, which is then
+	// loaded; a configuration that does not load is logged and counted,
+	// and the last good one stays. Default (0): every second. Negative:
+	// never.
+	Reload time.Duration
+	// Headers adds RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
+	// to each response's response_headers_to_add. Default: false.
+	Headers bool
+	// EnvoyFailureMode answers a request that the Limiter could not decide
+	// (Redis failed, and the Limiter's own fallback did not decide) with
+	// the gRPC status UNAVAILABLE, so that Envoy's failure_mode_deny
+	// decides, which by Envoy's default admits it. Default (false): the
+	// request is refused (OVER_LIMIT).
+	EnvoyFailureMode bool
+	// Metrics registers the series envoyproxy/ratelimit's users alert on
+	// (docs/envoy.md lists them). Default (nil): no metrics.
+	Metrics prometheus.Registerer
+	// Logger receives the configuration's loads and refusals. Default:
+	// the Limiter's Logger.
+	Logger *slog.Logger
+}
+
+// Server answers envoy.service.ratelimit.v3.RateLimitService: register it
+// on a gRPC server with RegisterRateLimitServiceServer of go-control-plane's
+// envoy/service/ratelimit/v3. It is safe for concurrent use.
+type Server struct {
+	limiter          *core.Limiter
+	rules            atomic.Pointer[ruleset]
+	headers          bool
+	envoyFailureMode bool
+	metrics          *metrics
+	log              *slog.Logger
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// New loads the configuration at cfg.Path and returns a Server that
+// answers by it, and by what it becomes as Path changes. It returns an
+// error that names the file and line of a configuration that does not
+// load.
+func New(cfg Config) (*Server, error) {
+	switch {
+	case cfg.Limiter == nil:
+		return nil, errors.New("envoylimit: Config.Limiter is nil")
+	case cfg.Path == "":
+		return nil, errors.New("envoylimit: Config.Path is empty")
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("envoylimit: Config.Metrics: %w", err)
+	}
+	s := &Server{
+		limiter: cfg.Limiter, headers: cfg.Headers, envoyFailureMode: cfg.EnvoyFailureMode,
+		metrics: m, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = cfg.Limiter.Logger()
+	}
+	rs, err := load(cfg.Path, m)
+	m.loaded(err)
+	if err != nil {
+		return nil, fmt.Errorf("envoylimit: %w", err)
+	}
+	s.rules.Store(rs)
+	s.logf(slog.LevelInfo, "envoylimit: configuration loaded", "path", cfg.Path, "domains", rs.names())
+	every := cfg.Reload
+	if every == 0 {
+		every = time.Second
+	}
+	if every < 0 {
+		close(s.done)
+		return s, nil
+	}
+	go s.watch(cfg.Path, every, rs.stamp)
+	return s, nil
+}
+
+// Close stops watching the configuration. It does not close the Limiter.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+// watch loads the configuration again whenever its files change. A
+// configuration that does not load is reported once per change of the
+// files, and the last good one stays.
+func (s *Server) watch(path string, every time.Duration, seen string) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		stamp, err := fingerprint(path)
+		if err == nil && stamp == seen {
+			continue
+		}
+		seen = stamp
+		var rs *ruleset
+		if err == nil {
+			rs, err = load(path, s.metrics)
+		}
+		s.metrics.loaded(err)
+		if err != nil {
+			s.logf(slog.LevelError, "envoylimit: configuration refused; the last good one stays", "path", path, "error", err)
+			continue
+		}
+		s.rules.Store(rs)
+		s.logf(slog.LevelInfo, "envoylimit: configuration reloaded", "path", path, "domains", rs.names())
+	}
+}
+
+func (s *Server) logf(level slog.Level, msg string, args ...any) {
+	if s.log != nil {
+		s.log.Log(context.Background(), level, msg, args...)
+	}
+}
