@@ -23,12 +23,12 @@ type fileDomain struct {
 }
 
 type fileDescriptor struct {
-	line                     int
-	key, value               string
-	limit                    *fileLimit
-	descriptors              []fileDescriptor
+	line                       int
+	key, value                 string
+	limit                      *fileLimit
+	descriptors                []fileDescriptor
 	shadow, detailed, toMetric bool
-	shared                   bool
+	shared                     bool
 }
 
 type fileLimit struct {
