@@ -7,6 +7,7 @@
 //	redlimit [flags] override set NAME LIMIT [-ttl 1h]
 //	redlimit [flags] override delete NAME
 //	redlimit [flags] doctor               what the server means for redlimit
+//	redlimit serve -redis URL -config FILE   Envoy's rate limit service (redlimit serve -h)
 //
 // KEY is the key the application limits by (an IP, a user id); with -name
 // it is namespaced as the httplimit Policy of that Name does
@@ -51,9 +52,13 @@ type env struct {
 // errFailed is a doctor that found a failing check: it has said why.
 var errFailed = errors.New("a check failed")
 
-const usage = `usage: redlimit [flags] inspect KEY | reset KEY | override get|set|delete NAME [LIMIT] | doctor`
+const usage = `usage: redlimit [flags] inspect KEY | reset KEY | override get|set|delete NAME [LIMIT] | doctor
+       redlimit serve -h`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "serve" {
+		return serve(ctx, args[1:], getenv, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("redlimit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { _, _ = fmt.Fprintln(stderr, usage); fs.PrintDefaults() }

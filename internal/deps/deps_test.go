@@ -25,6 +25,7 @@ var heavy = []string{
 	"go.opentelemetry.io/",
 	"google.golang.org/grpc",
 	"google.golang.org/genproto",
+	"github.com/envoyproxy/",
 }
 
 var packages = []struct {
@@ -45,9 +46,19 @@ var packages = []struct {
 	{"fiberv3limit", "fiberv3limit", []string{"github.com/gofiber/fiber/v3", "github.com/valyala/fasthttp"}, []string{"core", "httplimit"}},
 	{"prommetrics", "prommetrics", []string{"github.com/prometheus/"}, []string{"core", "httplimit"}},
 	{"otelmetrics", "otelmetrics", []string{"go.opentelemetry.io/"}, []string{"core", "httplimit"}},
-	// (gRPC's go.mod requires OpenTelemetry, which grpclimit does not link.)
-	{"grpclimit", "grpclimit", []string{"google.golang.org/grpc", "google.golang.org/genproto", "go.opentelemetry.io/"}, []string{"core", "httplimit"}},
+	// (gRPC's go.mod requires OpenTelemetry and, for xDS, Envoy's protos,
+	// which grpclimit does not link.)
+	{"grpclimit", "grpclimit", []string{"google.golang.org/grpc", "google.golang.org/genproto", "go.opentelemetry.io/", "github.com/envoyproxy/"}, []string{"core", "httplimit"}},
+	// Envoy's protocol: its protos, gRPC and Prometheus for its metrics (and a
+	// YAML parser for envoyproxy/ratelimit's configuration), in a module of its own.
+	{"envoylimit", "envoylimit", envoyDeps, []string{"core"}},
+	// The CLI is a module of its own, so that its Envoy service's protos reach
+	// no user of the middleware.
+	{"cmd/redlimit", "cmd/redlimit", envoyDeps, []string{"core", "envoylimit", inspectPkg}},
 }
+
+var envoyDeps = []string{"github.com/envoyproxy/", "google.golang.org/grpc", "google.golang.org/genproto",
+	"go.opentelemetry.io/", "github.com/prometheus/"}
 
 // TestDependencies: each package links only what its users expect, and
 // core knows nothing of HTTP.

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"syscall"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/envoylimit"
+)
+
+const serveUsage = `usage: redlimit serve -redis URL | -redis-cluster ADDRS -config FILE_OR_DIR [flags]
+
+Serves Envoy's rate limit service (envoy.service.ratelimit.v3) on -grpc-addr
+from envoyproxy/ratelimit's configuration, and /healthz and Prometheus'
+/metrics on -http-addr, until SIGINT or SIGTERM.`
+
+// serve runs `redlimit serve`; its flags are its own, after the word.
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("redlimit serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { _, _ = fmt.Fprintln(stderr, serveUsage); fs.PrintDefaults() }
+	url := fs.String("redis", "", "Redis URL, e.g. redis://127.0.0.1:6379/0 (default $REDIS_URL)")
+	cluster := fs.String("redis-cluster", "", "comma-separated Redis Cluster seed addresses (default $REDIS_CLUSTER_ADDRS)")
+	cfg := envoylimit.Config{}
+	fs.StringVar(&cfg.Path, "config", "", "envoyproxy/ratelimit's configuration: a YAML file, or a directory of them (required)")
+	grpcAddr := fs.String("grpc-addr", ":8081", "the gRPC address Envoy calls")
+	httpAddr := fs.String("http-addr", ":8080", `the address of /healthz and /metrics ("" for none)`)
+	prefix := fs.String("prefix", "ratelimit", "the Limiter's key prefix (core.WithPrefix)")
+	fs.DurationVar(&cfg.Reload, "reload", time.Second, "how often to look at the configuration for a change (negative: never)")
+	fs.BoolVar(&cfg.Headers, "headers", false, "add RateLimit-Limit, -Remaining and -Reset to the responses (response_headers_to_add)")
+	fs.BoolVar(&cfg.EnvoyFailureMode, "envoy-failure-mode", false,
+		"answer a request Redis' failure left undecided with UNAVAILABLE, for Envoy's failure_mode_deny (default: refuse it)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 || cfg.Path == "" {
+		fs.Usage()
+		return 2
+	}
+	rdb, err := client(*url, *cluster, getenv)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "redlimit serve:", err)
+		return 2
+	}
+	defer func() { _ = rdb.Close() }()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	lim, err := core.New(rdb, core.WithPrefix(*prefix), core.WithLogger(log))
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "redlimit serve:", err)
+		return 2
+	}
+	defer func() { _ = lim.Close() }() // after the servers have drained
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Limiter, cfg.Metrics, cfg.Logger = lim, reg, log
+	srv, err := envoylimit.New(cfg)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "redlimit serve:", err)
+		return 1
+	}
+	defer func() { _ = srv.Close() }()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM)
+	defer stop()
+	if err := listen(ctx, srv, reg, *grpcAddr, *httpAddr, stdout); err != nil {
+		_, _ = fmt.Fprintln(stderr, "redlimit serve:", err)
+		return 1
+	}
+	return 0
+}
+
+// listen serves gRPC and HTTP until ctx ends, then drains both.
+func listen(ctx context.Context, srv *envoylimit.Server, reg *prometheus.Registry, grpcAddr, httpAddr string, stdout io.Writer) error {
+	gl, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(gs, srv)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	errc := make(chan error, 2)
+	go func() { errc <- gs.Serve(gl) }()
+	var hsrv *http.Server
+	if httpAddr != "" {
+		hl, err := net.Listen("tcp", httpAddr)
+		if err != nil {
+			gs.Stop()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errc <- hsrv.Serve(hl) }()
+		httpAddr = hl.Addr().String()
+	}
+	_, _ = fmt.Fprintf(stdout, "redlimit serve: gRPC on %s, HTTP on %s\n", gl.Addr(), or(httpAddr, "(none)"))
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	hs.Shutdown() // Envoy's health checks see it going
+	drained := make(chan struct{})
+	go func() { gs.GracefulStop(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		gs.Stop()
+	}
+	if hsrv != nil {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = hsrv.Shutdown(sctx)
+	}
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
+		err = nil
+	}
+	return err
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
