@@ -26,7 +26,8 @@ type item struct {
 	desc   int // its index among the request's descriptors
 	lim    *limit
 	rule   core.Rule
-	hits   uint64
+	hits   uint64 // its hits_addend, for the metrics
+	cost   uint64 // what it is decided at: its hits, and those of the items counted with it
 	series *counters
 	how    outcome
 	res    core.Result // when how is decided
@@ -76,16 +77,16 @@ func (s *Server) decide(ctx context.Context, items []item) (bool, error) {
 		it := &items[i]
 		switch {
 		case it.same >= 0:
-		case it.lim.rule.Rate == 0 || it.hits > uint64(it.lim.rule.Capacity()):
+		case it.lim.rule.Rate == 0 || it.cost > uint64(it.lim.rule.Capacity()):
 			it.how = refused
 			if !it.lim.shadow {
 				return false, nil
 			}
 		case it.lim.shadow:
-		case it.hits == 0:
+		case it.cost == 0:
 			peek = append(peek, i)
 		default:
-			g := slices.IndexFunc(take, func(g []int) bool { return items[g[0]].hits == it.hits })
+			g := slices.IndexFunc(take, func(g []int) bool { return items[g[0]].cost == it.cost })
 			if g < 0 {
 				take = append(take, nil)
 				g = len(take) - 1
@@ -118,11 +119,11 @@ func merge(items []item) {
 	first := make(map[core.Rule]int, len(items))
 	for i := range items {
 		it := &items[i]
-		it.same = -1
+		it.same, it.cost = -1, it.hits
 		if j, ok := first[it.rule]; ok && items[j].lim.shadow == it.lim.shadow {
 			it.same = j
-			if items[j].hits += it.hits; items[j].hits < it.hits {
-				items[j].hits = 1<<64 - 1 // saturated: above any limit
+			if items[j].cost += it.hits; items[j].cost < it.hits {
+				items[j].cost = 1<<64 - 1 // saturated: above any limit
 			}
 			continue
 		}
@@ -148,7 +149,7 @@ func (t *txn) run(ctx context.Context, l *core.Limiter, items []item, idx []int)
 		}
 		var res core.Result
 		var err error
-		if n := items[part[0]].hits; n == 0 {
+		if n := items[part[0]].cost; n == 0 {
 			res, err = l.Peek(ctx, rules...)
 		} else {
 			res, err = l.Allow(ctx, int(n), rules...)

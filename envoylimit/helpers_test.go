@@ -45,12 +45,8 @@ func start(t testing.TB, rdb redis.UniversalClient, files map[string]string, cfg
 		writeFile(t, filepath.Join(r.dir, name), body)
 	}
 	r.prefix = fmt.Sprintf("envoytest:%d:%d", time.Now().UnixNano(), prefixes.Add(1))
-	lim, err := core.New(rdb, append([]core.Option{core.WithPrefix(r.prefix), core.WithTimeout(time.Second), core.WithLogger(nil)}, opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lim.Close() })
-	cfg.Limiter, cfg.Path = lim, r.dir
+	cfg.Limiter, cfg.Path = limiter(t, rdb, append([]core.Option{core.WithPrefix(r.prefix)}, opts...)...), r.dir
+	var err error
 	if cfg.Reload == 0 {
 		cfg.Reload = 10 * time.Millisecond
 	}
@@ -60,6 +56,17 @@ func start(t testing.TB, rdb redis.UniversalClient, files map[string]string, cfg
 	t.Cleanup(func() { _ = r.srv.Close() })
 	r.client = serve(t, r.srv)
 	return r
+}
+
+// limiter is a Limiter on rdb for a test: a patient timeout, no logs.
+func limiter(t testing.TB, rdb redis.UniversalClient, opts ...core.Option) *core.Limiter {
+	t.Helper()
+	lim, err := core.New(rdb, append([]core.Option{core.WithTimeout(time.Second), core.WithLogger(nil)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+	return lim
 }
 
 // serve puts s on a gRPC server on a loopback port and returns a client.
