@@ -30,8 +30,9 @@ type rig struct {
 	srv    *Server
 	client rlsv3.RateLimitServiceClient
 	dir    string
-	prefix string
-	rdb    redis.UniversalClient
+	prefix  string
+	rdb     redis.UniversalClient
+	cluster bool // keys in other slots are decided one slot after another
 }
 
 var prefixes atomic.Int64
@@ -40,7 +41,8 @@ var prefixes atomic.Int64
 // on a Limiter of rdb under a key prefix of the test's own.
 func start(t testing.TB, rdb redis.UniversalClient, files map[string]string, cfg Config, opts ...core.Option) *rig {
 	t.Helper()
-	r := &rig{dir: t.TempDir(), rdb: rdb}
+	_, isCluster := rdb.(*redis.ClusterClient)
+	r := &rig{dir: t.TempDir(), rdb: rdb, cluster: isCluster}
 	for name, body := range files {
 		writeFile(t, filepath.Join(r.dir, name), body)
 	}
