@@ -27,9 +27,9 @@ func TestMain(m *testing.M) { redistest.Main(m) }
 // rig is a Server behind a real gRPC listener on loopback, and the client
 // Envoy would be, on one Redis.
 type rig struct {
-	srv    *Server
-	client rlsv3.RateLimitServiceClient
-	dir    string
+	srv     *Server
+	client  rlsv3.RateLimitServiceClient
+	dir     string
 	prefix  string
 	rdb     redis.UniversalClient
 	cluster bool // keys in other slots are decided one slot after another
