@@ -43,6 +43,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	grpcAddr := fs.String("grpc-addr", ":8081", "the gRPC address Envoy calls")
 	httpAddr := fs.String("http-addr", ":8080", `the address of /healthz and /metrics ("" for none)`)
 	prefix := fs.String("prefix", "ratelimit", "the Limiter's key prefix (core.WithPrefix)")
+	timeout := fs.Duration("timeout", 0, "bound on each decision's Redis call (core.WithTimeout; 0: core's default)")
 	fs.DurationVar(&cfg.Reload, "reload", time.Second, "how often to look at the configuration for a change (negative: never)")
 	fs.BoolVar(&cfg.Headers, "headers", false, "add RateLimit-Limit, -Remaining and -Reset to the responses (response_headers_to_add)")
 	fs.BoolVar(&cfg.EnvoyFailureMode, "envoy-failure-mode", false,
@@ -61,7 +62,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer func() { _ = rdb.Close() }()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	lim, err := core.New(rdb, core.WithPrefix(*prefix), core.WithLogger(log))
+	opts := []core.Option{core.WithPrefix(*prefix), core.WithLogger(log)}
+	if *timeout > 0 {
+		opts = append(opts, core.WithTimeout(*timeout))
+	}
+	lim, err := core.New(rdb, opts...)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "redlimit serve:", err)
 		return 2
