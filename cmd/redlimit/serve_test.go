@@ -21,22 +21,14 @@ import (
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-// TestServe runs `redlimit serve` as the README and docs/envoy.md show it
-// and speaks Envoy's protocol to it: a limit of 2 a minute admits 2 and
-// refuses the 3rd; /healthz answers and /metrics counts; the end of its
-// context (SIGINT, SIGTERM) drains it and it exits 0.
+// TestServe runs `redlimit serve` as the README and docs/envoy.md show it,
+// on their example configuration, and speaks Envoy's protocol to it: 10 a
+// minute per client IP admits 10 and refuses the 11th; /healthz answers
+// and /metrics counts; the end of its context (SIGINT, SIGTERM) drains it
+// and it exits 0.
 func TestServe(t *testing.T) {
 	mr, _ := redistest.Mini(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(`domain: edge
-descriptors:
-  - key: remote_address
-    rate_limit:
-      unit: minute
-      requests_per_unit: 2
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir := filepath.Join("..", "..", "envoylimit", "testdata", "example.yaml")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errb syncBuffer
@@ -62,7 +54,11 @@ descriptors:
 	req := &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{
 		Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "203.0.113.9"}},
 	}}}
-	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+	for i := range 11 {
+		want := rlsv3.RateLimitResponse_OK
+		if i == 10 {
+			want = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
 		resp, err := client.ShouldRateLimit(ctx, req)
 		if err != nil || resp.GetOverallCode() != want {
 			t.Fatalf("request %d: %v, %v; want %v", i, resp, err, want)

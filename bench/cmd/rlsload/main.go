@@ -11,7 +11,8 @@
 // Request i of a stream carries -descriptors descriptors, the j-th one
 // (k<j>, v<x>), where x runs over -keys values (each stream starting at its
 // own offset), so the configuration it needs is keys k0, k1, ... without a
-// value (bench/envoy.yaml). -hits sets the request's hits_addend. The
+// value (bench/envoy/envoy.yaml); -entries "k=v,k2=v2" sends that one
+// descriptor instead. -hits sets the request's hits_addend. The
 // output is one JSON object: requests and decisions (requests x
 // descriptors) made, how many came back OK, OVER_LIMIT or failed, the
 // decisions per second, and latency quantiles.
@@ -26,6 +27,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,12 +39,12 @@ import (
 )
 
 type options struct {
-	addr, domain      string
-	streams, conns, d int
-	keys, hits        int
-	n                 int64
-	duration, timeout time.Duration
-	warmup            time.Duration
+	addr, domain, entries string
+	streams, conns, d     int
+	keys, hits            int
+	n                     int64
+	duration, timeout     time.Duration
+	warmup                time.Duration
 }
 
 type report struct {
@@ -65,6 +67,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:8081", "the service's gRPC address")
 	flag.StringVar(&o.domain, "domain", "bench", "the request's domain")
+	flag.StringVar(&o.entries, "entries", "", `one descriptor to send, "key=value,key=value" (default: k0=v<x>, k1=v<x>, ...)`)
 	flag.IntVar(&o.streams, "streams", 1, "concurrent streams, each one request at a time")
 	flag.IntVar(&o.conns, "conns", 1, "gRPC connections the streams share, round robin")
 	flag.IntVar(&o.d, "descriptors", 1, "descriptors per request")
@@ -172,6 +175,14 @@ func load(o options, clients []rlsv3.RateLimitServiceClient, c *counts) []float6
 }
 
 func request(o options, x int) *rlsv3.RateLimitRequest {
+	if o.entries != "" {
+		d := &rlv3.RateLimitDescriptor{}
+		for kv := range strings.SplitSeq(o.entries, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		return &rlsv3.RateLimitRequest{Domain: o.domain, Descriptors: []*rlv3.RateLimitDescriptor{d}, HitsAddend: uint32(o.hits)}
+	}
 	v := "v" + strconv.Itoa(x)
 	ds := make([]*rlv3.RateLimitDescriptor, o.d)
 	for j := range ds {
