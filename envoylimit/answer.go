@@ -19,15 +19,10 @@ import (
 // with limit_remaining 2^32-1, as envoyproxy/ratelimit answers them. Nor
 // does a descriptor with is_negative_hits count: it gives nothing back.
 func (s *Server) plan(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, []item, error) {
-	descs := req.GetDescriptors()
-	switch {
-	case req.GetDomain() == "":
-		return nil, nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
-	case len(descs) == 0:
-		return nil, nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
-	case len(descs) > maxDescriptors:
-		return nil, nil, status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d in a request", len(descs), maxDescriptors)
+	if err := check(req); err != nil {
+		return nil, nil, err
 	}
+	descs := req.GetDescriptors()
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
 	for i := range resp.Statuses {
 		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -41,9 +36,6 @@ func (s *Server) plan(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, []
 	var buf [maxEntries]*node
 	for i, desc := range descs {
 		entries := desc.GetEntries()
-		if len(entries) > maxEntries {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: at most %d", i, len(entries), maxEntries)
-		}
 		it := item{desc: i, hits: uint64(max(1, req.GetHitsAddend()))}
 		if h := desc.GetHitsAddend(); h != nil {
 			it.hits = h.GetValue()
@@ -79,6 +71,25 @@ func (s *Server) plan(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, []
 		items = slices.DeleteFunc(items, func(it item) bool { return it.lim.name != "" && replaced[it.lim.name] })
 	}
 	return resp, items, nil
+}
+
+// check refuses a request that is malformed or larger than the bounds.
+func check(req *rlsv3.RateLimitRequest) error {
+	descs := req.GetDescriptors()
+	switch {
+	case req.GetDomain() == "":
+		return status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	case len(descs) == 0:
+		return status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	case len(descs) > maxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "%d descriptors: at most %d in a request", len(descs), maxDescriptors)
+	}
+	for i, desc := range descs {
+		if n := len(desc.GetEntries()); n > maxEntries {
+			return status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: at most %d", i, n, maxEntries)
+		}
+	}
+	return nil
 }
 
 // answer writes each descriptor's status, the overall code, the metrics
