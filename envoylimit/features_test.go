@@ -19,6 +19,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -173,7 +174,7 @@ func TestReload(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	reg := prometheus.NewRegistry()
 	var logs syncBuffer
-	r := start(t, rdb, map[string]string{"s.yaml": simple}, Config{Metrics: reg, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	r := start(t, rdb, map[string]string{"s.yaml": simple}, Config{Metrics: reg}, core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	m := r.srv.metrics
 	path := filepath.Join(r.dir, "s.yaml")
 	writeFile(t, path, strings.Replace(simple, "requests_per_unit: 10", "requests_per_unit: 3", 1))
@@ -220,7 +221,7 @@ func TestReloadSymlinkSwap(t *testing.T) {
 	must(t, os.Mkdir(conf, 0o755))
 	must(t, os.Symlink(filepath.Join(root, "v1"), filepath.Join(root, "..data")))
 	must(t, os.Symlink(filepath.Join(root, "..data", "s.yaml"), filepath.Join(conf, "s.yaml")))
-	srv, err := New(Config{Limiter: limiter(t, rdb), Path: conf, Reload: 10 * time.Millisecond})
+	srv, err := New(Config{Limiter: limiter(t, rdb), Path: conf})
 	must(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	r := &rig{srv: srv, client: serve(t, srv)}

@@ -22,7 +22,10 @@ import (
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	reloadEvery = 10 * time.Millisecond
+	redistest.Main(m)
+}
 
 // rig is a Server behind a real gRPC listener on loopback, and the client
 // Envoy would be, on one Redis.
@@ -49,9 +52,6 @@ func start(t testing.TB, rdb redis.UniversalClient, files map[string]string, cfg
 	r.prefix = fmt.Sprintf("envoytest:%d:%d", time.Now().UnixNano(), prefixes.Add(1))
 	cfg.Limiter, cfg.Path = limiter(t, rdb, append([]core.Option{core.WithPrefix(r.prefix)}, opts...)...), r.dir
 	var err error
-	if cfg.Reload == 0 {
-		cfg.Reload = 10 * time.Millisecond
-	}
 	if r.srv, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +90,14 @@ func serve(t testing.TB, s rlsv3.RateLimitServiceServer) rlsv3.RateLimitServiceC
 	return rlsv3.NewRateLimitServiceClient(cc)
 }
 
+// writeFile replaces path's content at once, as a configuration tool
+// does (a file written in place can be read half written).
 func writeFile(t testing.TB, path, body string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+	if err := os.WriteFile(path+".tmp", []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -20,13 +20,11 @@ type Config struct {
 	Limiter *core.Limiter
 	// Path is the configuration, in envoyproxy/ratelimit's format: a YAML
 	// file, or a directory whose .yaml and .yml files (not those whose
-	// names start with '.') each hold a domain. Required.
+	// names start with '.') each hold a domain. Required. It is looked at
+	// every second, and loaded again when its files change; one that does
+	// not load is logged (the Limiter's Logger) and counted, and the last
+	// good configuration stays.
 	Path string
-	// Reload is how often Path is looked at for a change, which is then
-	// loaded; a configuration that does not load is logged and counted,
-	// and the last good one stays. Default (0): every second. Negative:
-	// never.
-	Reload time.Duration
 	// Headers adds RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
 	// to each response's response_headers_to_add. Default: false.
 	Headers bool
@@ -39,10 +37,10 @@ type Config struct {
 	// Metrics registers the series envoyproxy/ratelimit's users alert on
 	// (docs/envoy.md lists them). Default (nil): no metrics.
 	Metrics prometheus.Registerer
-	// Logger receives the configuration's loads and refusals. Default:
-	// the Limiter's Logger.
-	Logger *slog.Logger
 }
+
+// reloadEvery is how often a Server looks at its configuration's files.
+var reloadEvery = time.Second
 
 // Server answers envoy.service.ratelimit.v3.RateLimitService: register it
 // on a gRPC server with RegisterRateLimitServiceServer of go-control-plane's
@@ -63,7 +61,7 @@ type Server struct {
 // New loads the configuration at cfg.Path and returns a Server that
 // answers by it, and by what it becomes as Path changes. It returns an
 // error that names the file and line of a configuration that does not
-// load.
+// load. Close the Server to stop watching Path.
 func New(cfg Config) (*Server, error) {
 	switch {
 	case cfg.Limiter == nil:
@@ -77,10 +75,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		limiter: cfg.Limiter, headers: cfg.Headers, envoyFailureMode: cfg.EnvoyFailureMode,
-		metrics: m, log: cfg.Logger, stop: make(chan struct{}), done: make(chan struct{}),
-	}
-	if s.log == nil {
-		s.log = cfg.Limiter.Logger()
+		metrics: m, log: cfg.Limiter.Logger(), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	rs, err := load(cfg.Path, m)
 	m.loaded(err)
@@ -89,15 +84,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.rules.Store(rs)
 	s.logf(slog.LevelInfo, "envoylimit: configuration loaded", "path", cfg.Path, "domains", rs.names())
-	every := cfg.Reload
-	if every == 0 {
-		every = time.Second
-	}
-	if every < 0 {
-		close(s.done)
-		return s, nil
-	}
-	go s.watch(cfg.Path, every, rs.stamp)
+	go s.watch(cfg.Path, reloadEvery, rs.stamp)
 	return s, nil
 }
 

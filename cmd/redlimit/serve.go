@@ -44,7 +44,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	httpAddr := fs.String("http-addr", ":8080", `the address of /healthz and /metrics ("" for none)`)
 	prefix := fs.String("prefix", "ratelimit", "the Limiter's key prefix (core.WithPrefix)")
 	timeout := fs.Duration("timeout", 0, "bound on each decision's Redis call (core.WithTimeout; 0: core's default)")
-	fs.DurationVar(&cfg.Reload, "reload", time.Second, "how often to look at the configuration for a change (negative: never)")
 	fs.BoolVar(&cfg.Headers, "headers", false, "add RateLimit-Limit, -Remaining and -Reset to the responses (response_headers_to_add)")
 	fs.BoolVar(&cfg.EnvoyFailureMode, "envoy-failure-mode", false,
 		"answer a request Redis' failure left undecided with UNAVAILABLE, for Envoy's failure_mode_deny (default: refuse it)")
@@ -74,7 +73,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer func() { _ = lim.Close() }() // after the servers have drained
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	cfg.Limiter, cfg.Metrics, cfg.Logger = lim, reg, log
+	cfg.Limiter, cfg.Metrics = lim, reg
 	srv, err := envoylimit.New(cfg)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "redlimit serve:", err)
