@@ -2,8 +2,12 @@ module github.com/redlimit/redlimit/bench
 
 go 1.26.0
 
+// envoylimit is not required here: its replace serves the workspace, where
+// cmd/redlimit (which has no replace directives: go install refuses them)
+// requires it at a version not yet published.
 replace (
 	github.com/redlimit/redlimit => ../
+	github.com/redlimit/redlimit/envoylimit => ../envoylimit
 	github.com/redlimit/redlimit/echolimit => ../echolimit
 	github.com/redlimit/redlimit/fiberlimit => ../fiberlimit
 	github.com/redlimit/redlimit/ginlimit => ../ginlimit

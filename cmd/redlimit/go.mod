@@ -1,3 +1,12 @@
+// The redlimit command, a module of its own so that its Envoy service's
+// dependencies reach no user of the middleware. No replace directives:
+// `go install github.com/redlimit/redlimit/cmd/redlimit@VERSION` refuses a
+// module that has them. go.work supplies this repository's modules; to tidy
+// this file, add them for the moment:
+//
+//	go mod edit -replace github.com/redlimit/redlimit=../.. -replace github.com/redlimit/redlimit/envoylimit=../../envoylimit
+//	GOWORK=off go mod tidy
+//	go mod edit -dropreplace github.com/redlimit/redlimit -dropreplace github.com/redlimit/redlimit/envoylimit
 module github.com/redlimit/redlimit/cmd/redlimit
 
 go 1.26.0
@@ -32,7 +41,3 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace (
-	github.com/redlimit/redlimit => ../../
-	github.com/redlimit/redlimit/envoylimit => ../../envoylimit
-)

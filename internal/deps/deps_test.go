@@ -101,7 +101,7 @@ func TestDependencies(t *testing.T) {
 func TestModuleGraphs(t *testing.T) {
 	seen := map[string]bool{}
 	for _, tt := range packages {
-		if seen[tt.dir] {
+		if seen[tt.dir] || inWorkspace[tt.dir] {
 			continue
 		}
 		seen[tt.dir] = true
@@ -121,13 +121,22 @@ func TestModuleGraphs(t *testing.T) {
 	}
 }
 
+// inWorkspace are the modules without replace directives (go install
+// refuses a module that has them), which require this repository's modules
+// at a version that may not be published yet: they are listed in the
+// workspace, and have no module graph of their own to check.
+var inWorkspace = map[string]bool{"cmd/redlimit": true}
+
 // goList runs go with args in the module at dir (relative to the
-// repository root), without the workspace, and returns its output's fields.
+// repository root), without the workspace unless it needs it, and returns
+// its output's fields.
 func goList(t *testing.T, dir string, args ...string) []string {
 	t.Helper()
 	cmd := exec.Command("go", args...)
 	cmd.Dir = filepath.Join("..", "..", dir)
-	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if !inWorkspace[dir] {
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, out)
