@@ -161,10 +161,10 @@ func rateLimit(n *yaml.Node) (*fileLimit, error) {
 			if err := scalar(rf["name"], &name); err != nil {
 				return nil, err
 			}
-			switch {
-			case name == "":
+			switch name {
+			case "":
 				return nil, at(c, "should not have an empty replaces entry")
-			case name == l.name:
+			case l.name:
 				return nil, at(c, fmt.Sprintf("replaces should not contain name of same descriptor (%q)", name))
 			}
 			l.replaces = append(l.replaces, name)
