@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,6 +34,9 @@ from envoyproxy/ratelimit's configuration, and /healthz and Prometheus'
 
 // serve runs `redlimit serve`; its flags are its own, after the word.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	errw := &syncWriter{w: stderr} // the Limiter logs from its own goroutines
+	defer errw.close()
+	stderr = errw
 	fs := flag.NewFlagSet("redlimit serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { _, _ = fmt.Fprintln(stderr, serveUsage); fs.PrintDefaults() }
@@ -137,6 +141,29 @@ func listen(ctx context.Context, srv *envoylimit.Server, reg *prometheus.Registr
 		err = nil
 	}
 	return err
+}
+
+// syncWriter serializes the writes of serve and of the Limiter's
+// goroutines, and drops those made after serve has returned.
+type syncWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	done bool
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return len(p), nil
+	}
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) close() {
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
 }
 
 func or(s, def string) string {
