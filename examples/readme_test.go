@@ -46,6 +46,7 @@ var readmeImports = map[string]string{
 	"fiberlimit":   "github.com/redlimit/redlimit/fiberlimit",
 	"fiberv3limit": "github.com/redlimit/redlimit/fiberv3limit",
 	"prommetrics":  "github.com/redlimit/redlimit/prommetrics",
+	"envoylimit":   "github.com/redlimit/redlimit/envoylimit",
 }
 
 // readmeParams are the variables a snippet may use without declaring them.
@@ -210,7 +211,7 @@ var readmeUse = map[string]string{
 	"context": "context.Background", "errors": "errors.New", "flag": "flag.TextVar", "fmt": "fmt.Sprint", "log": "log.Fatal",
 	"http": "http.StatusOK", "testing": "testing.Short", "time": "time.Second", "redis": "redis.Nil",
 	"prometheus": "prometheus.MustRegister", "gin": "gin.New", "echo": "echo.New", "echo5": "echo5.New",
-	"fiber": "fiber.New", "fiber3": "fiber3.New", "core": "core.PerSecond", "httplimit": "httplimit.New",
+	"fiber": "fiber.New", "fiber3": "fiber3.New", "core": "core.PerSecond", "httplimit": "httplimit.New", "envoylimit": "envoylimit.New",
 	"nethttplimit": "nethttplimit.New", "redlimittest": "redlimittest.Start", "ginlimit": "ginlimit.New",
 	"echolimit": "echolimit.New", "echov5limit": "echov5limit.New", "fiberlimit": "fiberlimit.New",
 	"fiberv3limit": "fiberv3limit.New", "prommetrics": "prommetrics.New",
