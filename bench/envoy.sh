@@ -38,6 +38,8 @@ sections=("$@")
 work=$(mktemp -d -t envoy-bench.XXXXXX)
 pids=()
 cleanup() {
+	# (the services start in command substitutions, which cannot add to pids)
+	mapfile -t -O "${#pids[@]}" pids < <(cat "$work/pids" 2>/dev/null || true)
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	for p in $(cat "$work/redis-ports" 2>/dev/null); do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true; done
 	sleep 0.5
@@ -73,7 +75,7 @@ ours() {
 	local g; g=$(port)
 	"$work/redlimit" serve "$2" "$3" "${@:4}" -config envoy -grpc-addr "127.0.0.1:$g" -http-addr "" -prefix "bench-$1" \
 		>"$work/ours-$1.log" 2>&1 &
-	pids+=($!)
+	echo $! >>"$work/pids"
 	wait_port "$g" && echo "127.0.0.1:$g"
 }
 # ref NAME TYPE URL: envoyproxy/ratelimit; prints its gRPC address.
@@ -84,7 +86,7 @@ ref() {
 		GRPC_HOST=127.0.0.1 GRPC_PORT="$g" HOST=127.0.0.1 PORT="$h" DEBUG_HOST=127.0.0.1 DEBUG_PORT="$dbg" \
 		RUNTIME_ROOT="$work/rt" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_APPDIRECTORY=config RUNTIME_WATCH_ROOT=false \
 		"$RATELIMIT_BIN" >"$work/ref-$1.log" 2>&1 &
-	pids+=($!)
+	echo $! >>"$work/pids"
 	wait_port "$g" && echo "127.0.0.1:$g"
 }
 load() { "$work/rlsload" "$@"; }
