@@ -75,7 +75,6 @@ func slotwise(spelt string) string {
 	return strings.Join(parts, "; ")
 }
 
-
 func decisionsBasic(t *testing.T, start starter) {
 	r := start(map[string]string{"messaging.yaml": `
 domain: messaging

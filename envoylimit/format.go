@@ -60,7 +60,7 @@ func parseFile(data []byte) (fileDomain, error) {
 		if errors.Is(err, io.EOF) {
 			return fileDomain{}, errors.New("empty file: want a domain and its descriptors")
 		}
-		return fileDomain{}, err
+		return fileDomain{}, errors.New(strings.TrimPrefix(err.Error(), "yaml: ")) // "line N: ...", as ours
 	}
 	var more yaml.Node
 	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
@@ -72,7 +72,7 @@ func parseFile(data []byte) (fileDomain, error) {
 		return fileDomain{}, err
 	}
 	d := fileDomain{line: root.Line}
-	if err := scalar(f["domain"], &d.name); err != nil {
+	if err := scalar(f["domain"], "domain", &d.name); err != nil {
 		return d, err
 	}
 	if d.name == "" {
@@ -112,7 +112,7 @@ func descriptor(n *yaml.Node) (fileDescriptor, error) {
 		to   any
 	}{{"key", &d.key}, {"value", &d.value}, {"shadow_mode", &d.shadow}, {"quota_mode", &quota},
 		{"detailed_metric", &d.detailed}, {"value_to_metric", &d.toMetric}, {"share_threshold", &d.shared}} {
-		if err := scalar(f[s.name], s.to); err != nil {
+		if err := scalar(f[s.name], s.name, s.to); err != nil {
 			return d, err
 		}
 	}
@@ -144,7 +144,7 @@ func rateLimit(n *yaml.Node) (*fileLimit, error) {
 		to   any
 	}{{"unit", &l.unit}, {"requests_per_unit", &l.rate}, {"unlimited", &l.unlimited}, {"name", &l.name},
 		{"algorithm", &l.algorithm}, {"burst", &l.burst}, {"calendar", &l.calendar}} {
-		if err := scalar(f[s.name], s.to); err != nil {
+		if err := scalar(f[s.name], s.name, s.to); err != nil {
 			return nil, err
 		}
 	}
@@ -158,7 +158,7 @@ func rateLimit(n *yaml.Node) (*fileLimit, error) {
 				return nil, err
 			}
 			var name string
-			if err := scalar(rf["name"], &name); err != nil {
+			if err := scalar(rf["name"], "name", &name); err != nil {
 				return nil, err
 			}
 			switch name {
@@ -196,21 +196,29 @@ func fields(n *yaml.Node, what string, allowed []string) (map[string]*yaml.Node,
 	return f, nil
 }
 
-// scalar decodes a scalar into to (a *string, *bool, *uint32 or *uint64);
-// a missing or null value leaves it alone.
-func scalar(n *yaml.Node, to any) error {
+// scalar decodes the value of the field name into to (a *string, *bool,
+// *uint32 or *uint64); a missing or null value leaves it alone.
+func scalar(n *yaml.Node, name string, to any) error {
 	if n == nil || n.Tag == "!!null" {
 		return nil
 	}
 	if n.Kind != yaml.ScalarNode {
-		return at(n, "want a single value, not a list or a mapping")
+		return at(n, name+": want a single value, not a list or a mapping")
 	}
-	if s, ok := to.(*string); ok { // a number or a boolean is its text, as in envoyproxy/ratelimit
-		*s = n.Value
+	want := ""
+	switch to := to.(type) {
+	case *string: // a number or a boolean is its text, as in envoyproxy/ratelimit
+		*to = n.Value
 		return nil
+	case *bool:
+		want = "true or false"
+	case *uint32:
+		want = "a whole number from 0 to 4294967295"
+	default:
+		want = "a whole number from 0"
 	}
-	if err := n.Decode(to); err != nil {
-		return at(n, strings.TrimPrefix(err.Error(), "yaml: "))
+	if err := n.Decode(to); err != nil { // yaml's own message repeats the line, and names a Go type
+		return at(n, fmt.Sprintf("%s: want %s, not %q", name, want, n.Value))
 	}
 	return nil
 }
