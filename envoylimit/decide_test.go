@@ -187,6 +187,7 @@ descriptors:
 		{"w", []string{"multi=fooXbarYbaz"}, "OK; OK 9/10"},
 		{"w", []string{"multi=foobazbar"}, "OK; OK"},
 		{"w", []string{"first=abc"}, "OK; OK 0/1"}, // the first wildcard in the file
+		{"w", []string{"first=ab*"}, "OK; OK 1/2"}, // a pattern's own value is the pattern's, as envoyproxy/ratelimit finds it
 		{"w", []string{"any="}, "OK; OK 2/3"},
 		{"w", []string{"nested=val1,wild=goose"}, "OK; OK 19/20"},
 		{"w", []string{"nested=val1,wild=foo"}, "OK; OK"},

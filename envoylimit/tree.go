@@ -25,7 +25,7 @@ type domain struct {
 type level map[string]*choices // by key
 
 type choices struct {
-	exact map[string]*node // by value
+	exact map[string]*node // by value, a wildcard's too
 	wild  []*node          // in file order
 	any   *node            // the key without a value
 }
@@ -113,13 +113,9 @@ func (l level) add(fds []fileDescriptor, p parent, m *metrics) error {
 		case fd.value == "":
 			c.any = n
 		case strings.Contains(fd.value, "*"):
-			for _, w := range c.wild {
-				if w.value == fd.value {
-					return fmt.Errorf("line %d: duplicate descriptor composite key %q", fd.line, id)
-				}
-			}
 			n.parts = strings.Split(fd.value, "*")
 			c.wild = append(c.wild, n)
+			c.exact[fd.value] = n // a request's value "ab*" is ab*'s, before any wildcard, as envoyproxy/ratelimit looks it up
 		default:
 			c.exact[fd.value] = n
 		}
