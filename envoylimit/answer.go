@@ -114,13 +114,16 @@ func (s *Server) answer(resp *rlsv3.RateLimitResponse, items []item, admitted bo
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
 		}
-		if it.how == decided {
+		switch it.how {
+		case decided:
 			st.LimitRemaining = uint32(min(it.res.Remaining, math.MaxUint32))
 			wait := it.res.ResetAfter
 			if !it.res.Allowed {
 				wait = it.res.RetryAfter
 			}
 			st.DurationUntilReset = durationpb.New(wait)
+		case refused: // no wait lifts it: a window, where envoyproxy/ratelimit says the rest of its own
+			st.DurationUntilReset = durationpb.New(it.lim.window)
 		}
 		s.count(it, over, admitted)
 	}
@@ -157,17 +160,18 @@ func (s *Server) count(it *item, over, admitted bool) {
 }
 
 // headers are the RateLimit fields of the descriptor nearest its limit
-// (the first that refused, in a refused request), as envoyproxy/ratelimit
+// (the last that refused, in a refused request), as envoyproxy/ratelimit
 // sends them: RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset (whole
 // seconds, rounded up).
 func headers(resp *rlsv3.RateLimitResponse) []*corev3.HeaderValue {
+	const over = rlsv3.RateLimitResponse_OVER_LIMIT
 	var best *rlsv3.RateLimitResponse_DescriptorStatus
 	for _, st := range resp.GetStatuses() {
 		switch {
 		case st.GetCurrentLimit() == nil:
-		case best == nil, st.GetLimitRemaining() < best.GetLimitRemaining() && best.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT:
+		case st.GetCode() == over, best == nil:
 			best = st
-		case st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && best.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT:
+		case best.GetCode() != over && st.GetLimitRemaining() < best.GetLimitRemaining():
 			best = st
 		}
 	}

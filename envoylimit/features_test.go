@@ -79,7 +79,7 @@ func TestNegativeHits(t *testing.T) {
 }
 
 // TestHeaders: with Config.Headers the response carries the RateLimit
-// fields of the descriptor nearest its limit, or of the one that refused.
+// fields of the descriptor nearest its limit, or of the last that refused.
 func TestHeaders(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	r := start(t, rdb, map[string]string{"s.yaml": simple}, Config{Headers: true})
@@ -99,6 +99,11 @@ func TestHeaders(t *testing.T) {
 		{[]*rlv3.RateLimitDescriptor{d("k=a"), d("j=a+4")}, "RateLimit-Limit: 5, RateLimit-Remaining: 3, RateLimit-Reset: "}, // j refused
 		{[]*rlv3.RateLimitDescriptor{d("k=a"), d("j=a")}, "RateLimit-Limit: 10, RateLimit-Remaining: 0, RateLimit-Reset: "},
 		{[]*rlv3.RateLimitDescriptor{d("nothing=a")}, ""},
+		// above the limit, refused without asking: its window, never "retry now"
+		{[]*rlv3.RateLimitDescriptor{d("k=b+11")}, "RateLimit-Limit: 10, RateLimit-Remaining: 0, RateLimit-Reset: 60"},
+		{[]*rlv3.RateLimitDescriptor{d("k=c+10"), d("j=c+5")}, "RateLimit-Limit: 10, RateLimit-Remaining: 0, RateLimit-Reset: "}, // the first of the nearest
+		// both refuse: the last one's fields, as envoyproxy/ratelimit picks them
+		{[]*rlv3.RateLimitDescriptor{d("k=c"), d("j=c")}, "RateLimit-Limit: 5, RateLimit-Remaining: 0, RateLimit-Reset: "},
 	} {
 		got := fields(tt.ds...)
 		if !strings.HasPrefix(got, tt.want) || tt.want != "" && strings.HasSuffix(got, "Reset: 0") {

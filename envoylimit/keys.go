@@ -124,6 +124,7 @@ func override(o *rlv3.RateLimitDescriptor_RateLimitOverride) (*limit, error) {
 	l := &limit{
 		current: &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, UnitMultiplier: o.GetUnitMultiplier()},
 		rule:    core.Limit{Algorithm: core.FixedWindow, Rate: int(o.GetRequestsPerUnit()), Period: period * time.Duration(mult)},
+		window:  period * time.Duration(mult),
 	}
 	if l.rule.Rate > 0 {
 		if err := l.rule.Validate(); err != nil {

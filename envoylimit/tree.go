@@ -45,7 +45,8 @@ type node struct {
 
 // limit is a rate_limit, compiled.
 type limit struct {
-	rule      core.Limit // zero Rate: requests_per_unit 0, every request refused
+	rule      core.Limit    // zero Rate: requests_per_unit 0, every request refused
+	window    time.Duration // its unit (times unit_multiplier)
 	current   *rlsv3.RateLimitResponse_RateLimit
 	unlimited bool
 	shadow    bool
@@ -162,6 +163,7 @@ func compileLimit(fl *fileLimit, shadow bool) (*limit, error) {
 		return nil, bad("invalid rate limit unit %q (want second, minute, hour, day, week, month or year)", fl.unit)
 	}
 	l.current = &rlsv3.RateLimitResponse_RateLimit{Name: fl.name, RequestsPerUnit: fl.rate, Unit: u.unit}
+	l.window = u.period
 	r, err := coreLimit(fl, u.period, u.cal)
 	if err != nil {
 		return nil, bad("%v", err)
