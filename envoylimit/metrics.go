@@ -15,6 +15,7 @@ type metrics struct {
 	total, over, near, within, shadow *prometheus.CounterVec
 	loadOK, loadErr                   prometheus.Counter
 	errors                            *prometheus.CounterVec
+	collectors                        []prometheus.Collector // each of the above
 
 	mu  sync.Mutex
 	set map[[3]string]*counters
@@ -57,12 +58,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"err_type"}),
 		set: map[[3]string]*counters{},
 	}
-	for _, c := range []prometheus.Collector{m.total, m.over, m.near, m.within, m.shadow, m.loadOK, m.loadErr, m.errors} {
+	m.collectors = []prometheus.Collector{m.total, m.over, m.near, m.within, m.shadow, m.loadOK, m.loadErr, m.errors}
+	for i, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
+			m.collectors = m.collectors[:i]
+			m.unregister(reg)
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// unregister takes the series off reg, so that a New that failed leaves
+// reg as it found it, for the next New.
+func (m *metrics) unregister(reg prometheus.Registerer) {
+	if m == nil {
+		return
+	}
+	for _, c := range m.collectors {
+		reg.Unregister(c)
+	}
 }
 
 // counters returns the series of a name, made once; nil without metrics,

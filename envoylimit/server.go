@@ -78,10 +78,11 @@ func New(cfg Config) (*Server, error) {
 		metrics: m, log: cfg.Limiter.Logger(), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	rs, err := load(cfg.Path, m)
-	m.loaded(err)
 	if err != nil {
+		m.unregister(cfg.Metrics)
 		return nil, fmt.Errorf("envoylimit: %w", err)
 	}
+	m.loaded(nil)
 	s.rules.Store(rs)
 	s.logf(slog.LevelInfo, "envoylimit: configuration loaded", "path", cfg.Path, "domains", rs.names())
 	go s.watch(cfg.Path, reloadEvery, rs.stamp)
@@ -95,9 +96,7 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// watch loads the configuration again whenever its files change. A
-// configuration that does not load is reported once per change of the
-// files, and the last good one stays.
+// watch loads the configuration again whenever its files change.
 func (s *Server) watch(path string, every time.Duration, seen string) {
 	defer close(s.done)
 	t := time.NewTicker(every)
@@ -108,23 +107,35 @@ func (s *Server) watch(path string, every time.Duration, seen string) {
 			return
 		case <-t.C:
 		}
-		stamp, err := fingerprint(path)
-		if err == nil && stamp == seen {
-			continue
-		}
-		seen = stamp
-		var rs *ruleset
-		if err == nil {
-			rs, err = load(path, s.metrics)
-		}
-		s.metrics.loaded(err)
-		if err != nil {
-			s.logf(slog.LevelError, "envoylimit: configuration refused; the last good one stays", "path", path, "error", err)
-			continue
-		}
-		s.rules.Store(rs)
-		s.logf(slog.LevelInfo, "envoylimit: configuration reloaded", "path", path, "domains", rs.names())
+		seen = s.reload(path, seen)
 	}
+}
+
+// reload loads the configuration at path again if its files are not as
+// seen (a fingerprint, or the error that stopped one), and returns what it
+// saw. A configuration that does not load, or files that cannot be
+// looked at (a path gone), is reported once until they change, and the
+// last good configuration stays.
+func (s *Server) reload(path, seen string) string {
+	stamp, err := fingerprint(path)
+	if err != nil {
+		stamp = "unseen: " + err.Error()
+	}
+	if stamp == seen {
+		return seen
+	}
+	var rs *ruleset
+	if err == nil {
+		rs, err = load(path, s.metrics)
+	}
+	s.metrics.loaded(err)
+	if err != nil {
+		s.logf(slog.LevelError, "envoylimit: configuration refused; the last good one stays", "path", path, "error", err)
+		return stamp
+	}
+	s.rules.Store(rs)
+	s.logf(slog.LevelInfo, "envoylimit: configuration reloaded", "path", path, "domains", rs.names())
+	return stamp
 }
 
 func (s *Server) logf(level slog.Level, msg string, args ...any) {
