@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,8 +30,8 @@ import (
 const serveUsage = `usage: redlimit serve -redis URL | -redis-cluster ADDRS -config FILE_OR_DIR [flags]
 
 Serves Envoy's rate limit service (envoy.service.ratelimit.v3) on -grpc-addr
-from envoyproxy/ratelimit's configuration, and /healthz and Prometheus'
-/metrics on -http-addr, until SIGINT or SIGTERM.`
+from envoyproxy/ratelimit's configuration, and /healthz (or /healthcheck)
+and Prometheus' /metrics on -http-addr, until SIGINT or SIGTERM.`
 
 // serve runs `redlimit serve`; its flags are its own, after the word.
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -45,7 +46,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	cfg := envoylimit.Config{}
 	fs.StringVar(&cfg.Path, "config", "", "envoyproxy/ratelimit's configuration: a YAML file, or a directory of them (required)")
 	grpcAddr := fs.String("grpc-addr", ":8081", "the gRPC address Envoy calls")
-	httpAddr := fs.String("http-addr", ":8080", `the address of /healthz and /metrics ("" for none)`)
+	httpAddr := fs.String("http-addr", ":8080", `the address of /healthz, /healthcheck and /metrics ("" for none)`)
 	prefix := fs.String("prefix", "ratelimit", "the Limiter's key prefix (core.WithPrefix)")
 	timeout := fs.Duration("timeout", 0, "bound on each decision's Redis call (core.WithTimeout; 0: core's default)")
 	fs.BoolVar(&cfg.Headers, "headers", false, "add RateLimit-Limit, -Remaining and -Reset to the responses (response_headers_to_add)")
@@ -105,6 +106,7 @@ func listen(ctx context.Context, srv *envoylimit.Server, reg *prometheus.Registr
 	healthpb.RegisterHealthServer(gs, hs)
 	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(gl) }()
+	var draining atomic.Bool
 	var hsrv *http.Server
 	if httpAddr != "" {
 		hl, err := net.Listen("tcp", httpAddr)
@@ -114,7 +116,15 @@ func listen(ctx context.Context, srv *envoylimit.Server, reg *prometheus.Registr
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+		healthy := func(w http.ResponseWriter, _ *http.Request) {
+			if draining.Load() {
+				http.Error(w, "draining", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = io.WriteString(w, "ok\n")
+		}
+		mux.HandleFunc("GET /healthz", healthy)
+		mux.HandleFunc("GET /healthcheck", healthy) // envoyproxy/ratelimit's, where its users' probes look
 		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { errc <- hsrv.Serve(hl) }()
 		httpAddr = hl.Addr().String()
@@ -124,7 +134,8 @@ func listen(ctx context.Context, srv *envoylimit.Server, reg *prometheus.Registr
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	hs.Shutdown() // Envoy's health checks see it going
+	hs.Shutdown() // Envoy's health checks see it going, and probes over HTTP
+	draining.Store(true)
 	drained := make(chan struct{})
 	go func() { gs.GracefulStop(); close(drained) }()
 	select {

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -247,5 +249,57 @@ func outsideRedisRestarted(t *testing.T, bin string) {
 		if got := says(s.ask(t, request("k", "f=fresh"))); got != want {
 			t.Errorf("after the restart, request %d: %s; want %s", i, got, want)
 		}
+	}
+}
+
+// outsideDrain: SIGTERM while a decision waits on Redis: the health checks
+// over HTTP (/healthz, and /healthcheck where envoyproxy/ratelimit's users
+// probe) fail at once, the call in flight is answered once Redis is back,
+// and the process exits 0.
+func outsideDrain(t *testing.T, bin string) {
+	rs := redistest.StartServer(t)
+	dir := t.TempDir()
+	configFile(t, dir, "d.yaml", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: day, requests_per_unit: 10}\n")
+	s := serveProcess(t, bin, "redis://"+rs.Addr()+"/0", dir, "-timeout", "20s")
+	s.ask(t, request("d", "a=warm"))
+	health := func(path string) int {
+		resp, err := http.Get("http://" + s.http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, p := range []string{"/healthz", "/healthcheck"} {
+		if code := health(p); code != http.StatusOK {
+			t.Fatalf("GET %s: %d before SIGTERM", p, code)
+		}
+	}
+	admin := rs.Client(t, func(o *redis.Options) { o.PoolSize, o.ReadTimeout, o.ContextTimeoutEnabled = 1, 10*time.Second, false })
+	ctx := context.Background()
+	must(t, admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err())
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := s.try(request("d", "a=inflight"))
+		answer <- fmt.Sprint(says(resp), err)
+	}()
+	waitFor(t, "the call blocked in Redis", func() bool {
+		return strings.Contains(admin.Do(ctx, "CLIENT", "LIST").String(), "flags=b")
+	})
+	must(t, s.cmd.Process.Signal(syscall.SIGTERM))
+	for _, p := range []string{"/healthz", "/healthcheck"} {
+		waitFor(t, "unhealthy while draining", func() bool { return health(p) == http.StatusServiceUnavailable })
+	}
+	must(t, admin.Do(ctx, "CLIENT", "UNPAUSE").Err())
+	if got := <-answer; got != "OK; OK 9/10<nil>" {
+		t.Errorf("the call in flight at SIGTERM: %s; want it answered", got)
+	}
+	select {
+	case <-s.exited:
+		if code := s.cmd.ProcessState.ExitCode(); code != 0 {
+			t.Errorf("exit %d after draining: %s", code, s.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Errorf("still running 30s after SIGTERM and the last call")
 	}
 }

@@ -50,6 +50,7 @@ var outsideChecks = []struct {
 	{"distinct values", outsideDistinctValues},
 	{"redis paused", outsideRedisPaused},
 	{"redis restarted", outsideRedisRestarted},
+	{"drain", outsideDrain},
 }
 
 // served is one `redlimit serve` process and Envoy's client of it.
