@@ -67,42 +67,37 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // decide asks the Limiter: the descriptors refused without asking, then
 // those of hits_addend 0 (a look, which takes nothing), then the others, in
 // one call per hits_addend (at most maxRules Rules each), giving back what
-// earlier calls took when a later one refuses. Shadow-mode descriptors are
-// asked after, each alone, for an admitted request only.
+// earlier calls took when a later one refuses. Overdraft descriptors are
+// asked next, each alone, and shadow-mode ones last, for an admitted
+// request only.
 func (s *Server) decide(ctx context.Context, items []item) (bool, error) {
 	merge(items)
-	var peek []int
-	var take [][]int // by hits
-	for i := range items {
-		it := &items[i]
-		switch {
-		case it.same >= 0:
-		case it.lim.rule.Rate == 0 || it.cost > uint64(it.lim.rule.Capacity()):
-			it.how = refused
-			if !it.lim.shadow {
-				return false, nil
-			}
-		case it.lim.shadow:
-		case it.cost == 0:
-			peek = append(peek, i)
-		default:
-			g := slices.IndexFunc(take, func(g []int) bool { return items[g[0]].cost == it.cost })
-			if g < 0 {
-				take = append(take, nil)
-				g = len(take) - 1
-			}
-			take[g] = append(take[g], i)
-		}
+	c, ok := group(items)
+	if !ok {
+		return false, nil
 	}
 	var tx txn
-	if ok, err := tx.run(ctx, s.limiter, items, peek); !ok || err != nil {
+	if ok, err := tx.run(ctx, s.limiter, items, c.peek); !ok || err != nil {
 		return ok, err
 	}
-	for _, g := range take {
+	for _, g := range c.take {
 		if ok, err := tx.run(ctx, s.limiter, items, g); !ok || err != nil {
-			tx.undo(ctx, s.limiter)
+			tx.undo(ctx, s.limiter, items)
 			return ok, err
 		}
+	}
+	admitted := true
+	for _, i := range c.owe {
+		fitted, err := s.owe(ctx, &items[i])
+		if err != nil {
+			tx.undo(ctx, s.limiter, items)
+			return false, err
+		}
+		admitted = admitted && (fitted || items[i].lim.shadow)
+	}
+	if !admitted {
+		tx.undo(ctx, s.limiter, items)
+		return false, nil
 	}
 	for i := range items {
 		if it := &items[i]; it.lim.shadow && it.same < 0 && it.how == unasked {
@@ -111,6 +106,76 @@ func (s *Server) decide(ctx context.Context, items []item) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// calls are the Limiter calls of a request's items, by index.
+type calls struct {
+	peek []int   // hits_addend 0
+	take [][]int // by hits_addend
+	owe  []int   // overdraft, each alone
+}
+
+// group sorts the items into calls; false when one of them refuses the
+// request without asking.
+func group(items []item) (calls, bool) {
+	var c calls
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.same >= 0:
+		case it.lim.overdraft && it.cost > 0 && it.lim.rule.Rate > 0:
+			c.owe = append(c.owe, i)
+		case it.lim.rule.Rate == 0 || it.cost > uint64(it.lim.rule.Capacity()):
+			it.how = refused
+			if !it.lim.shadow {
+				return c, false
+			}
+		case it.lim.shadow:
+		case it.cost == 0:
+			c.peek = append(c.peek, i)
+		default:
+			g := slices.IndexFunc(c.take, func(g []int) bool { return items[g[0]].cost == it.cost })
+			if g < 0 {
+				c.take = append(c.take, nil)
+				g = len(c.take) - 1
+			}
+			c.take[g] = append(c.take[g], i)
+		}
+	}
+	return c, true
+}
+
+// maxOwed bounds what one request charges a key: core charges up to 2^49
+// units at once, and a debt deeper than a window's largest Rate (2^40)
+// refuses no longer.
+const maxOwed = 1 << 40
+
+// owe takes an overdraft descriptor's hits when they fit, and charges them
+// anyway when they do not (core's Settle of nothing taken): the key owes
+// them, and refuses until its rate has paid them back. The charge is made
+// even if the caller has gone: the cost was incurred. It reports whether
+// they fitted.
+func (s *Server) owe(ctx context.Context, it *item) (bool, error) {
+	n := int(min(it.cost, maxOwed))
+	it.how = decided
+	if it.cost <= uint64(it.lim.rule.Capacity()) {
+		res, err := s.limiter.Allow(ctx, n, it.rule)
+		if err != nil || res.Allowed {
+			it.res = res
+			return res.Allowed, err
+		}
+	}
+	owed, err := s.limiter.Settle(context.WithoutCancel(ctx), core.Result{}, n, it.rule)
+	if err != nil {
+		return false, err
+	}
+	// A refusal, with the wait until the key is whole again (never none:
+	// answer reads a refusal without a wait as a call not made).
+	it.res = core.Result{RetryAfter: owed.ResetAfter}
+	if it.res.RetryAfter <= 0 {
+		it.res.RetryAfter = it.lim.window
+	}
+	return false, nil
 }
 
 // merge counts descriptors that name the same Rule as one, with their
@@ -135,6 +200,7 @@ func merge(items []item) {
 type txn struct {
 	took []core.Result
 	of   [][]core.Rule
+	by   [][]int // the items of each call
 }
 
 // run decides the items idx (of one hits_addend) in calls of at most
@@ -167,18 +233,26 @@ func (t *txn) run(ctx context.Context, l *core.Limiter, items []item, idx []int)
 			return false, nil
 		}
 		if res.Granted > 0 {
-			t.took, t.of = append(t.took, res), append(t.of, rules)
+			t.took, t.of, t.by = append(t.took, res), append(t.of, rules), append(t.by, part)
 		}
 	}
 	return true, nil
 }
 
 // undo gives back what the request took, even if its caller has gone:
-// a refused request counts in none of its descriptors.
-func (t *txn) undo(ctx context.Context, l *core.Limiter) {
+// a refused request counts in none of its descriptors. Their statuses then
+// say what they have left without it.
+func (t *txn) undo(ctx context.Context, l *core.Limiter, items []item) {
 	ctx = context.WithoutCancel(ctx)
-	for i := range t.took {
-		_ = l.Refund(ctx, t.took[i], t.of[i]...) // the windows' units lapse with them if this fails
+	for c := range t.took {
+		if l.Refund(ctx, t.took[c], t.of[c]...) != nil {
+			continue // the windows' units lapse with them
+		}
+		for _, i := range t.by[c] {
+			res := &items[i].res
+			res.Remaining = min(res.Remaining+res.Granted, items[i].lim.rule.Capacity())
+			res.Granted = 0
+		}
 	}
 }
 

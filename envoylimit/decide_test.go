@@ -244,7 +244,7 @@ descriptors:
 		{"h", []string{"k=a+18446744073709551615"}, "OVER; OVER 0/10"},
 		{"h", []string{"k=a+0"}, "OK; OK 5/10"},
 		{"h", []string{"k=b+5", "j=b+3"}, "OK; OK 5/10; OK 7/10"},
-		{"h", []string{"k=b+5", "j=b+8"}, "OVER; OK 0/10; OVER 7/10"}, // k's 5 given back
+		{"h", []string{"k=b+5", "j=b+8"}, "OVER; OK 5/10; OVER 7/10"}, // k's 5 given back, and its status says so
 		{"h", []string{"k=b+0", "j=b+0"}, "OK; OK 5/10; OK 7/10"},
 		{"h", []string{"k=c", "k=c"}, "OK; OK 8/10; OK 8/10"}, // one key, counted twice
 		{"h", []string{"k=d+10"}, "OK; OK 0/10"},

@@ -42,6 +42,7 @@ type fileLimit struct {
 	algorithm string
 	burst     uint64
 	calendar  string
+	overdraft bool
 }
 
 var (
@@ -49,7 +50,7 @@ var (
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode",
 		"detailed_metric", "value_to_metric", "share_threshold", "metadata"}
 	limitKeys = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces",
-		"algorithm", "burst", "calendar"}
+		"algorithm", "burst", "calendar", "overdraft"}
 )
 
 // parseFile reads one file of envoyproxy/ratelimit's format.
@@ -143,7 +144,7 @@ func rateLimit(n *yaml.Node) (*fileLimit, error) {
 		name string
 		to   any
 	}{{"unit", &l.unit}, {"requests_per_unit", &l.rate}, {"unlimited", &l.unlimited}, {"name", &l.name},
-		{"algorithm", &l.algorithm}, {"burst", &l.burst}, {"calendar", &l.calendar}} {
+		{"algorithm", &l.algorithm}, {"burst", &l.burst}, {"calendar", &l.calendar}, {"overdraft", &l.overdraft}} {
 		if err := scalar(f[s.name], s.name, s.to); err != nil {
 			return nil, err
 		}

@@ -48,6 +48,7 @@ func TestFormatRefused(t *testing.T) {
 		{"calendar of a bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requests_per_unit: 5\n      algorithm: token_bucket\n      calendar: UTC\n", "under fixed_window, not day under token_bucket"},
 		{"calendar unknown zone", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requests_per_unit: 5\n      calendar: Mars/Olympus\n", `calendar "Mars/Olympus"`},
 		{"unlimited with algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      algorithm: token_bucket\n", "unlimited takes no algorithm"},
+		{"unlimited with overdraft", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      overdraft: true\n", "unlimited takes no algorithm, burst, calendar or overdraft"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()

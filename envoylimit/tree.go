@@ -50,6 +50,7 @@ type limit struct {
 	current   *rlsv3.RateLimitResponse_RateLimit
 	unlimited bool
 	shadow    bool
+	overdraft bool // hits that do not fit are charged anyway (see Server.owe)
 	name      string
 	replaces  []string
 }
@@ -144,7 +145,7 @@ func (l level) add(fds []fileDescriptor, p parent, m *metrics) error {
 }
 
 func compileLimit(fl *fileLimit, shadow bool) (*limit, error) {
-	l := &limit{shadow: shadow, name: fl.name, replaces: fl.replaces}
+	l := &limit{shadow: shadow, overdraft: fl.overdraft, name: fl.name, replaces: fl.replaces}
 	u, ok := units[strings.ToLower(fl.unit)]
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("line %d: rate_limit: %s", fl.line, fmt.Sprintf(format, args...))
@@ -153,8 +154,8 @@ func compileLimit(fl *fileLimit, shadow bool) (*limit, error) {
 		switch {
 		case ok:
 			return nil, bad("should not specify rate limit unit when unlimited")
-		case fl.algorithm != "" || fl.burst != 0 || fl.calendar != "":
-			return nil, bad("unlimited takes no algorithm, burst or calendar")
+		case fl.algorithm != "" || fl.burst != 0 || fl.calendar != "" || fl.overdraft:
+			return nil, bad("unlimited takes no algorithm, burst, calendar or overdraft")
 		}
 		l.unlimited = true
 		return l, nil
