@@ -43,6 +43,7 @@ var outsideChecks = []struct {
 	name string
 	run  func(t *testing.T, bin string)
 }{
+	{"reference", outsideReference},
 	{"reload under load", outsideReloadUnderLoad},
 	{"bad reloads", outsideBadReloads},
 	{"many files", outsideManyFiles},
