@@ -1,12 +1,10 @@
 package envoylimit
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -178,7 +176,7 @@ descriptors:
 func TestReload(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs redistest.LogBuffer
 	r := start(t, rdb, map[string]string{"s.yaml": simple}, Config{Metrics: reg}, core.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	m := r.srv.metrics
 	path := filepath.Join(r.dir, "s.yaml")
@@ -243,22 +241,4 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer is a log the watcher writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -23,7 +23,7 @@ func TestReloadPathGone(t *testing.T) {
 	defer func(every time.Duration) { reloadEvery = every }(reloadEvery)
 	reloadEvery = time.Hour // the test looks, not the watcher
 	_, rdb := redistest.Mini(t)
-	var logs syncBuffer
+	var logs redistest.LogBuffer
 	reg := prometheus.NewRegistry()
 	dir := filepath.Join(t.TempDir(), "conf")
 	must(t, os.Mkdir(dir, 0o755))

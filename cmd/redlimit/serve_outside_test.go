@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // The tests of this file drive `redlimit serve` from outside, as Envoy and
@@ -59,7 +61,7 @@ type served struct {
 	cmd    *exec.Cmd
 	client rlsv3.RateLimitServiceClient
 	http   string
-	stderr *syncBuffer
+	stderr *redistest.LogBuffer
 	exited chan struct{}
 }
 
@@ -70,7 +72,7 @@ func serveProcess(t *testing.T, bin, redis, path string, extra ...string) *serve
 	t.Helper()
 	args := append([]string{"serve", "-redis", redis, "-config", path,
 		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-timeout", "2s"}, extra...)
-	s := &served{cmd: exec.Command(bin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	s := &served{cmd: exec.Command(bin, args...), stderr: &redistest.LogBuffer{}, exited: make(chan struct{})}
 	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	s.cmd.Stderr = s.stderr
 	out, err := s.cmd.StdoutPipe()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +29,7 @@ func TestServe(t *testing.T) {
 	dir := filepath.Join("..", "..", "envoylimit", "testdata", "example.yaml")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb redistest.LogBuffer
 	code := make(chan int, 1)
 	go func() {
 		code <- run(ctx, []string{"serve", "-redis", "redis://" + mr.Addr() + "/0", "-config", dir,
@@ -120,21 +118,4 @@ func get(t *testing.T, url string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
