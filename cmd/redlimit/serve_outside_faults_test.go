@@ -172,25 +172,7 @@ func outsideRedisPaused(t *testing.T, bin string) {
 	if _, err := envoy.try(request("p", "a=1")); status.Code(err) != codes.Unavailable {
 		t.Errorf("Redis paused, -envoy-failure-mode: %v; want UNAVAILABLE", err)
 	}
-	// The worst instant: the caller leaves while the first of the
-	// request's two calls (hits 2, then hits 1) waits on Redis.
-	req := request("p", "a=both+2", "b=both+1")
-	cctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() {
-		resp, err := patient.client.ShouldRateLimit(cctx, req)
-		if err == nil {
-			err = fmt.Errorf("answered %s", says(resp))
-		}
-		done <- err
-	}()
-	waitFor(t, "the call blocked in Redis", func() bool {
-		return strings.Contains(admin.Do(ctx, "CLIENT", "LIST").String(), "flags=b")
-	})
-	cancel()
-	if err := <-done; status.Code(err) != codes.Canceled {
-		t.Errorf("canceled call: %v", err)
-	}
+	cancelInRedis(t, patient, admin)
 	unpause()
 	if got := closed.metric(t, `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`); got != 1 {
 		t.Errorf("should_rate_limit_error{redis_error} = %v; want 1", got)
@@ -206,6 +188,29 @@ func outsideRedisPaused(t *testing.T, bin string) {
 	// closed: Redis never ran them.
 	if got := says(patient.ask(t, request("p", "a=1+0"))); got != "OK; OK 10/10" {
 		t.Errorf("a request refused while Redis was paused: %s; want it counted nowhere", got)
+	}
+}
+
+// cancelInRedis cancels a request at the worst instant: while the first
+// of its two calls (hits 2, then hits 1) waits on a paused Redis.
+func cancelInRedis(t *testing.T, s *served, admin *redis.Client) {
+	ctx := context.Background()
+	blocked := func() bool { return strings.Contains(admin.Do(ctx, "CLIENT", "LIST").String(), "flags=b") }
+	waitFor(t, "the calls given up gone from Redis", func() bool { return !blocked() })
+	req := request("p", "a=both+2", "b=both+1")
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := s.client.ShouldRateLimit(cctx, req)
+		if err == nil {
+			err = fmt.Errorf("answered %s", says(resp))
+		}
+		done <- err
+	}()
+	waitFor(t, "the call blocked in Redis", blocked)
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Errorf("canceled call: %v", err)
 	}
 }
 

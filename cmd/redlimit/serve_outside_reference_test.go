@@ -129,6 +129,60 @@ descriptors:
 `,
 }
 
+var marketing = []string{"message_type=marketing,to_number=2061111111", "to_number=2061111111"}
+
+// referenceSteps are requests to referenceFiles' domains, in order, and
+// the answers envoyproxy/ratelimit's users expect.
+var referenceSteps = []struct {
+	domain string
+	descs  []string
+	want   string
+}{
+	{"messaging", marketing, "OK; OK 4/5; OK 99/100"},
+	{"messaging", marketing, "OK; OK 3/5; OK 98/100"},
+	{"messaging", marketing, "OK; OK 2/5; OK 97/100"},
+	{"messaging", marketing, "OK; OK 1/5; OK 96/100"},
+	{"messaging", marketing, "OK; OK 0/5; OK 95/100"},
+	// all or nothing: envoyproxy/ratelimit would count this one in to_number too
+	{"messaging", marketing, "OVER_LIMIT; OVER_LIMIT 0/5; OK 95/100"},
+	{"messaging", []string{"to_number=2062222222"}, "OK; OK 99/100"},
+	{"edge", []string{"remote_address=50.0.0.5"}, "OVER_LIMIT; OVER_LIMIT 0/0"},
+	{"edge", []string{"remote_address=50.0.0.1"}, "OK; OK 9/10"},
+	{"edge", []string{"remote_address=10.0.0.1"}, "OK; OK"},
+	// the request's depth must be the configuration's
+	{"edge", []string{"depth=one,sub=x"}, "OK; OK"},
+	{"edge", []string{"depth=two"}, "OK; OK"},
+	{"edge", []string{"depth=two,sub=x"}, "OK; OK 299/300"},
+	{"edge", []string{"depth=two,sub=x,deeper=y"}, "OK; OK"},
+	{"internal", []string{"ldap=x", "azure=y"}, "OK; OK 4294967295; OK 99/100"},
+	{"shadow", []string{"service=auth,user=user-a"}, "OK; OK 0/1"},
+	{"shadow", []string{"service=auth,user=user-a"}, "OK; OK 0/1"},
+	{"shadow", []string{"service=auth,user=user-b"}, "OK; OK 1/2"},
+	{"shadow", []string{"service=auth,user=user-b"}, "OK; OK 0/2"},
+	{"shadow", []string{"service=auth,user=user-b"}, "OVER_LIMIT; OVER_LIMIT 0/2"},
+	{"replaces", []string{"key_1=value_1,user=bkthomps"}, "OK; OK 4/5"},
+	{"replaces", []string{"key_1=value_1,user=bkthomps", "key_2=value_2,user=bkthomps"}, "OK; OK; OK 9/10"},
+	{"replaces", []string{"key_1=value_1,user=bkthomps"}, "OK; OK 3/5"},
+	{"wild", []string{"key1=value1"}, "OK; OK 19/20"},
+	{"wild", []string{"key1=valueXYZ"}, "OK; OK 19/20"}, // each value its own counter
+	{"wild", []string{"key1=valu"}, "OK; OK"},
+	{"wild", []string{"path=/api/123/action"}, "OK; OK 19/20"},
+	{"wild", []string{"path=/api/123/other"}, "OK; OK"},
+	{"wild", []string{"route=/api/v1/resource/123/action"}, "OK; OK 19/20"},
+	{"wild", []string{"route=/api/v1/resource/action"}, "OK; OK"},
+	{"wild", []string{"files=files/a.pdf"}, "OK; OK 9/10"},
+	{"wild", []string{"files=files/b.csv"}, "OK; OK 8/10"}, // one shared counter
+	{"wild", []string{"files_no_share=files_no_share/a.pdf"}, "OK; OK 9/10"},
+	{"wild", []string{"files_no_share=files_no_share/b.csv"}, "OK; OK 9/10"},
+	{"wild", []string{"file=test1"}, "OK; OK 49/50"}, // an exact value before a wildcard
+	{"wild", []string{"file=test2"}, "OK; OK 99/100"},
+	{"wild", []string{"file=test*"}, "OK; OK 98/100"},
+	{"wild", []string{"nested=val1,wild=goo2"}, "OK; OK 19/20"},
+	{"wild", []string{"tenant=t1prod,resource=resAv2"}, "OK; OK 59/60"},
+	{"wild", []string{"tenant=t2prod,resource=resBv2"}, "OK; OK 58/60"},
+	{"unknown", []string{"to_number=1"}, "OK; OK"},
+}
+
 // outsideReference runs envoyproxy/ratelimit's documented configurations
 // and matching rules through `redlimit serve`, with the answers its
 // users get from envoyproxy/ratelimit; where ours differ on purpose, the
@@ -141,57 +195,7 @@ func outsideReference(t *testing.T, bin string) {
 		configFile(t, dir, name, body)
 	}
 	s := serveProcess(t, bin, "redis://"+rs.Addr()+"/0", dir)
-	marketing := []string{"message_type=marketing,to_number=2061111111", "to_number=2061111111"}
-	steps := []struct {
-		domain string
-		descs  []string
-		want   string
-	}{
-		{"messaging", marketing, "OK; OK 4/5; OK 99/100"},
-		{"messaging", marketing, "OK; OK 3/5; OK 98/100"},
-		{"messaging", marketing, "OK; OK 2/5; OK 97/100"},
-		{"messaging", marketing, "OK; OK 1/5; OK 96/100"},
-		{"messaging", marketing, "OK; OK 0/5; OK 95/100"},
-		// all or nothing: envoyproxy/ratelimit would count this one in to_number too
-		{"messaging", marketing, "OVER_LIMIT; OVER_LIMIT 0/5; OK 95/100"},
-		{"messaging", []string{"to_number=2062222222"}, "OK; OK 99/100"},
-		{"edge", []string{"remote_address=50.0.0.5"}, "OVER_LIMIT; OVER_LIMIT 0/0"},
-		{"edge", []string{"remote_address=50.0.0.1"}, "OK; OK 9/10"},
-		{"edge", []string{"remote_address=10.0.0.1"}, "OK; OK"},
-		// the request's depth must be the configuration's
-		{"edge", []string{"depth=one,sub=x"}, "OK; OK"},
-		{"edge", []string{"depth=two"}, "OK; OK"},
-		{"edge", []string{"depth=two,sub=x"}, "OK; OK 299/300"},
-		{"edge", []string{"depth=two,sub=x,deeper=y"}, "OK; OK"},
-		{"internal", []string{"ldap=x", "azure=y"}, "OK; OK 4294967295; OK 99/100"},
-		{"shadow", []string{"service=auth,user=user-a"}, "OK; OK 0/1"},
-		{"shadow", []string{"service=auth,user=user-a"}, "OK; OK 0/1"},
-		{"shadow", []string{"service=auth,user=user-b"}, "OK; OK 1/2"},
-		{"shadow", []string{"service=auth,user=user-b"}, "OK; OK 0/2"},
-		{"shadow", []string{"service=auth,user=user-b"}, "OVER_LIMIT; OVER_LIMIT 0/2"},
-		{"replaces", []string{"key_1=value_1,user=bkthomps"}, "OK; OK 4/5"},
-		{"replaces", []string{"key_1=value_1,user=bkthomps", "key_2=value_2,user=bkthomps"}, "OK; OK; OK 9/10"},
-		{"replaces", []string{"key_1=value_1,user=bkthomps"}, "OK; OK 3/5"},
-		{"wild", []string{"key1=value1"}, "OK; OK 19/20"},
-		{"wild", []string{"key1=valueXYZ"}, "OK; OK 19/20"}, // each value its own counter
-		{"wild", []string{"key1=valu"}, "OK; OK"},
-		{"wild", []string{"path=/api/123/action"}, "OK; OK 19/20"},
-		{"wild", []string{"path=/api/123/other"}, "OK; OK"},
-		{"wild", []string{"route=/api/v1/resource/123/action"}, "OK; OK 19/20"},
-		{"wild", []string{"route=/api/v1/resource/action"}, "OK; OK"},
-		{"wild", []string{"files=files/a.pdf"}, "OK; OK 9/10"},
-		{"wild", []string{"files=files/b.csv"}, "OK; OK 8/10"}, // one shared counter
-		{"wild", []string{"files_no_share=files_no_share/a.pdf"}, "OK; OK 9/10"},
-		{"wild", []string{"files_no_share=files_no_share/b.csv"}, "OK; OK 9/10"},
-		{"wild", []string{"file=test1"}, "OK; OK 49/50"}, // an exact value before a wildcard
-		{"wild", []string{"file=test2"}, "OK; OK 99/100"},
-		{"wild", []string{"file=test*"}, "OK; OK 98/100"},
-		{"wild", []string{"nested=val1,wild=goo2"}, "OK; OK 19/20"},
-		{"wild", []string{"tenant=t1prod,resource=resAv2"}, "OK; OK 59/60"},
-		{"wild", []string{"tenant=t2prod,resource=resBv2"}, "OK; OK 58/60"},
-		{"unknown", []string{"to_number=1"}, "OK; OK"},
-	}
-	for i, st := range steps {
+	for i, st := range referenceSteps {
 		if got := says(s.ask(t, request(st.domain, st.descs...))); got != st.want {
 			t.Errorf("step %d %s %v: %s; want %s", i, st.domain, st.descs, got, st.want)
 		}
