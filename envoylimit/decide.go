@@ -157,18 +157,21 @@ const maxOwed = 1 << 40
 // they fitted.
 func (s *Server) owe(ctx context.Context, it *item) (bool, error) {
 	n := int(min(it.cost, maxOwed))
-	it.how = decided
 	if it.cost <= uint64(it.lim.rule.Capacity()) {
 		res, err := s.limiter.Allow(ctx, n, it.rule)
-		if err != nil || res.Allowed {
-			it.res = res
-			return res.Allowed, err
+		if err != nil {
+			return false, err
+		}
+		if res.Allowed {
+			it.how, it.res = decided, res
+			return true, nil
 		}
 	}
 	owed, err := s.limiter.Settle(context.WithoutCancel(ctx), core.Result{}, n, it.rule)
 	if err != nil {
 		return false, err
 	}
+	it.how = decided
 	// A refusal, with the wait until the key is whole again (never none:
 	// answer reads a refusal without a wait as a call not made).
 	it.res = core.Result{RetryAfter: owed.ResetAfter}

@@ -1,6 +1,7 @@
 package envoylimit
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,6 +78,13 @@ func TestFormatDirectory(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "c.yaml"), "\n\ndomain: a\n")
 	if _, err := load(dir, nil); err == nil || !strings.Contains(err.Error(), `c.yaml: line 3: domain "a" is configured in `+filepath.Join(dir, "a.yaml")) {
 		t.Errorf("load = %v; want the duplicate domain named with both files", err)
+	}
+	must(t, os.Remove(filepath.Join(dir, "c.yaml")))
+	// a link to nothing (a file deleted, a swap half done) is an error, not
+	// a domain that quietly goes unlimited
+	must(t, os.Symlink(filepath.Join(dir, "gone.yaml"), filepath.Join(dir, "d.yaml")))
+	if _, err := load(dir, nil); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "d.yaml")) {
+		t.Errorf("load with a dangling link = %v; want an error naming it", err)
 	}
 	empty := t.TempDir()
 	if _, err := load(empty, nil); err == nil || !strings.Contains(err.Error(), "no .yaml or .yml file") {

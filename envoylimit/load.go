@@ -79,8 +79,14 @@ func configFiles(path string) ([]string, error) {
 		if strings.HasPrefix(n, ".") || !strings.HasSuffix(n, ".yaml") && !strings.HasSuffix(n, ".yml") {
 			continue
 		}
-		// A Kubernetes ConfigMap's files are symbolic links: follow them.
-		if fi, err := os.Stat(filepath.Join(path, n)); err == nil && fi.Mode().IsRegular() {
+		// A Kubernetes ConfigMap's files are symbolic links: follow them. One
+		// that leads nowhere is an error: skipped, its domain would go
+		// unlimited without a word.
+		fi, err := os.Stat(filepath.Join(path, n))
+		if err != nil {
+			return nil, err
+		}
+		if fi.Mode().IsRegular() {
 			files = append(files, filepath.Join(path, n))
 		}
 	}

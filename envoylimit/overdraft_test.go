@@ -2,7 +2,11 @@ package envoylimit
 
 import (
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -68,5 +72,20 @@ func TestOverdraft(t *testing.T) {
 				{"o", []string{"watch=a+0"}, "OK; OK 0/100"},
 			})
 		})
+	}
+}
+
+// TestOverdraftRedisDown: an overdraft descriptor Redis' failure left
+// undecided is refused with its limit, as any other, not answered as a
+// descriptor nobody asked.
+func TestOverdraftRedisDown(t *testing.T) {
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := start(t, rdb, map[string]string{"o.yaml": overdrafts}, Config{},
+		core.WithTimeout(100*time.Millisecond), core.WithBreaker(0, 0))
+	srv.Kill()
+	if got := spell(r.ask(t, "o", d("tokens=a+5"))); got != "OVER; OVER 0/100" {
+		t.Errorf("Redis down: %s; want refused, with its limit", got)
 	}
 }
