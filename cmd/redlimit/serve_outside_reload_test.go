@@ -186,3 +186,57 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// outsideClusterAllOrNothing: on the shared Redis Cluster (under a key
+// prefix of its own), 16 clients at once, each request a shared key of 3
+// units and its client's key of 1, in other slots and other calls: exactly
+// the 100 requests the shared limit of 300 holds are admitted, and each
+// client's key counts exactly its client's admitted requests.
+func outsideClusterAllOrNothing(t *testing.T, bin string) {
+	cluster := redistest.Cluster(t)
+	for i := 0; ; i++ { // no window may end mid-test
+		now := redistest.Now(t, cluster)
+		if time.Hour-now.Sub(now.Truncate(time.Hour)) > 30*time.Second {
+			break
+		}
+		if i == 60 {
+			t.Fatal("Redis' clock stayed at an hour's end for 60 s")
+		}
+		time.Sleep(time.Second)
+	}
+	dir := t.TempDir()
+	configFile(t, dir, "c.yaml", "domain: c\ndescriptors:\n  - key: shared\n    rate_limit: {unit: hour, requests_per_unit: 300}\n"+
+		"  - key: client\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n")
+	s := serveProcess(t, bin, "", dir, "-redis-cluster", strings.Join(redistest.ClusterAddrs(t), ","),
+		"-prefix", fmt.Sprintf("envoy-outside:%d", time.Now().UnixNano()))
+	const clients, each = 16, 40
+	var admitted [clients]atomic.Int64
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for range each {
+				resp, err := s.try(request("c", "shared=all+3", fmt.Sprintf("client=%d+1", c)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.GetOverallCode() == rlsv3.RateLimitResponse_OK {
+					admitted[c].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var total int64
+	for c := range clients {
+		n := admitted[c].Load()
+		total += n
+		left := s.ask(t, request("c", fmt.Sprintf("client=%d+0", c))).GetStatuses()[0].GetLimitRemaining()
+		if int64(1000-left) != n {
+			t.Errorf("client %d: %d admitted, its key counts %d", c, n, 1000-left)
+		}
+	}
+	if total != 100 {
+		t.Errorf("%d requests of 3 units admitted under a limit of 300; want exactly 100", total)
+	}
+}

@@ -54,6 +54,7 @@ var outsideChecks = []struct {
 	{"redis paused", outsideRedisPaused},
 	{"redis restarted", outsideRedisRestarted},
 	{"drain", outsideDrain},
+	{"cluster all or nothing", outsideClusterAllOrNothing},
 }
 
 // served is one `redlimit serve` process and Envoy's client of it.
@@ -65,13 +66,17 @@ type served struct {
 	exited chan struct{}
 }
 
-// serveProcess starts bin serve on redis (a URL) with the configuration
-// at path and the extra flags, and waits until it listens. It is stopped
+// serveProcess starts bin serve on redis (a URL; "" when extra names
+// the Redis) with the configuration at path and the extra flags, and waits
+// until it listens. It is stopped
 // (SIGTERM) when the test ends.
 func serveProcess(t *testing.T, bin, redis, path string, extra ...string) *served {
 	t.Helper()
-	args := append([]string{"serve", "-redis", redis, "-config", path,
-		"-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-timeout", "2s"}, extra...)
+	args := []string{"serve", "-config", path, "-grpc-addr", "127.0.0.1:0", "-http-addr", "127.0.0.1:0", "-timeout", "2s"}
+	if redis != "" {
+		args = append(args, "-redis", redis)
+	}
+	args = append(args, extra...)
 	s := &served{cmd: exec.Command(bin, args...), stderr: &redistest.LogBuffer{}, exited: make(chan struct{})}
 	s.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	s.cmd.Stderr = s.stderr
