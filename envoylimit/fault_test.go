@@ -108,7 +108,7 @@ descriptors:
 			for c := range clients {
 				wg.Go(func() {
 					for range each {
-						resp, err := r.try("c", 0, d("shared=all+3"), d(fmt.Sprintf("client=%d+1", c)))
+						resp, err := r.try("c", 0, d(fmt.Sprintf("client=%d+1", c)), d("shared=all+3")) // the client's call first: a refusal gives it back
 						if err != nil {
 							t.Error(err)
 							return

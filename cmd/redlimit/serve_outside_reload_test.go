@@ -215,7 +215,7 @@ func outsideClusterAllOrNothing(t *testing.T, bin string) {
 	for c := range clients {
 		wg.Go(func() {
 			for range each {
-				resp, err := s.try(request("c", "shared=all+3", fmt.Sprintf("client=%d+1", c)))
+				resp, err := s.try(request("c", fmt.Sprintf("client=%d+1", c), "shared=all+3")) // the client's call first: a refusal gives it back
 				if err != nil {
 					t.Error(err)
 					return
