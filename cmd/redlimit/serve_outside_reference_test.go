@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -86,6 +87,32 @@ descriptors:
           replaces: [{name: specific_limit}]
           unit: hour
           requests_per_unit: 10
+`,
+	"metrics.yaml": `domain: metrics
+descriptors:
+  - key: key1
+    detailed_metric: true
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: key1
+    value: value1
+    rate_limit: {unit: hour, requests_per_unit: 20}
+  - key: route
+    value_to_metric: true
+    descriptors:
+      - key: http_method
+        value_to_metric: true
+        descriptors:
+          - key: subject_id
+            rate_limit: {unit: hour, requests_per_unit: 60}
+  - key: user
+    value_to_metric: true
+    descriptors:
+      - key: action
+        value: read*
+        value_to_metric: true
+        descriptors:
+          - key: resource
+            rate_limit: {unit: hour, requests_per_unit: 100}
 `,
 	"wild.yaml": `domain: wild
 descriptors:
@@ -181,6 +208,25 @@ var referenceSteps = []struct {
 	{"wild", []string{"tenant=t1prod,resource=resAv2"}, "OK; OK 59/60"},
 	{"wild", []string{"tenant=t2prod,resource=resBv2"}, "OK; OK 58/60"},
 	{"unknown", []string{"to_number=1"}, "OK; OK"},
+	{"metrics", []string{"key1=unspecified_value"}, "OK; OK 9/10"},
+	{"metrics", []string{"key1=value1"}, "OK; OK 19/20"},
+	{"metrics", []string{"route=api,http_method=GET,subject_id=123"}, "OK; OK 59/60"},
+	{"metrics", []string{"user=alice,action=readfile,resource=documents"}, "OK; OK 99/100"},
+}
+
+// referenceSeries are the series envoyproxy/ratelimit's Prometheus mapping
+// gives referenceSteps' requests (the first two parts of a stat's name).
+var referenceSeries = []string{
+	`ratelimit_service_rate_limit_total_hits{domain="metrics",key1="key1_unspecified_value",key2=""} 1`,
+	`ratelimit_service_rate_limit_total_hits{domain="metrics",key1="key1_value1",key2=""} 1`,
+	`ratelimit_service_rate_limit_total_hits{domain="metrics",key1="route_api",key2="http_method_GET"} 1`,
+	`ratelimit_service_rate_limit_total_hits{domain="metrics",key1="user_alice",key2="action_readfile"} 1`,
+	`ratelimit_service_rate_limit_over_limit{domain="messaging",key1="message_type_marketing",key2="to_number"} 1`,
+	`ratelimit_service_rate_limit_near_limit{domain="messaging",key1="message_type_marketing",key2="to_number"} 1`,
+	`ratelimit_service_rate_limit_within_limit{domain="messaging",key1="to_number",key2=""} 6`,
+	`ratelimit_service_rate_limit_shadow_mode{domain="shadow",key1="service",key2="user_user-a"} 1`,
+	`ratelimit_service_rate_limit_total_hits{domain="wild",key1="files_files/*",key2=""} 2`,
+	`ratelimit_service_rate_limit_total_hits{domain="wild",key1="key1_value*",key2=""} 2`,
 }
 
 // outsideReference runs envoyproxy/ratelimit's documented configurations
@@ -198,6 +244,12 @@ func outsideReference(t *testing.T, bin string) {
 	for i, st := range referenceSteps {
 		if got := says(s.ask(t, request(st.domain, st.descs...))); got != st.want {
 			t.Errorf("step %d %s %v: %s; want %s", i, st.domain, st.descs, got, st.want)
+		}
+	}
+	metrics := get(t, "http://"+s.http+"/metrics")
+	for _, want := range referenceSeries {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics has no %s", want)
 		}
 	}
 	if keys := rs.Admin(t).Keys(context.Background(), "*ldap*").Val(); len(keys) != 0 {
