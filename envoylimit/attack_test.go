@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -93,7 +95,11 @@ descriptors:
 		}
 	}
 	runSteps(t, r, []step{{"h", []string{"a=x,b=y"}, "OK; OK 0/1"}})
+	hostileNoRedis(t, r, mr)
+}
 
+// hostileNoRedis: what needs no Redis asks none of it.
+func hostileNoRedis(t *testing.T, r *rig, mr *miniredis.Miniredis) {
 	// Unknown domains and descriptors, however many, never reach Redis.
 	before := mr.CommandCount()
 	for i := range 200 {
