@@ -45,7 +45,13 @@ descriptors:
   - key: "y:k"
     rate_limit: {unit: hour, requests_per_unit: 1}
 `}, Config{})
+	hostileBounds(t, r)
+	hostileKeys(t, r)
+	hostileNoRedis(t, r, mr)
+}
 
+// hostileBounds: past the bounds of a request, INVALID_ARGUMENT.
+func hostileBounds(t *testing.T, r *rig) {
 	many := make([]*rlv3.RateLimitDescriptor, maxDescriptors+1)
 	for i := range many {
 		many[i] = d(fmt.Sprintf("a=%d", i))
@@ -69,7 +75,11 @@ descriptors:
 			t.Errorf("domain %q, descriptors %q: %v; want InvalidArgument", tt.domain, tt.desc, err)
 		}
 	}
+}
 
+// hostileKeys: no value, however built, reaches another descriptor's
+// counter.
+func hostileKeys(t *testing.T, r *rig) {
 	// A megabyte value is a key like another (core hashes long keys), and
 	// two that differ in their last byte are two keys.
 	big := strings.Repeat("v", 1<<20)
@@ -95,7 +105,6 @@ descriptors:
 		}
 	}
 	runSteps(t, r, []step{{"h", []string{"a=x,b=y"}, "OK; OK 0/1"}})
-	hostileNoRedis(t, r, mr)
 }
 
 // hostileNoRedis: what needs no Redis asks none of it.
