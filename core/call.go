@@ -70,6 +70,9 @@ func notWritten(err error, pl *plan, keys []string) error {
 // has not the library. (A method, not a closure, so that the common call
 // allocates nothing for it.)
 func (l *Limiter) run(ctx context.Context, fn string, script *evalScript, keys []string, args []any, once bool) (any, error) {
+	if l.acks.n > 0 {
+		return l.runAcked(ctx, fn, script, keys, args, once)
+	}
 	if l.funcs.on.Load() {
 		v, err := l.fcall(ctx, fn, keys, args, once)
 		if err == nil || !isNoFunction(err) {

@@ -80,6 +80,7 @@ type Limiter struct {
 	funcs     functions
 	plans     plans
 	clock     func() time.Time // WithClock
+	acks      replicaAcks      // WithReplicaAcks
 	closed    atomic.Bool
 	stop      func() // undoes what New registered on the client
 }
@@ -113,11 +114,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	if err := errors.Join(cfg.errs...); err != nil {
+	if err := errors.Join(append(cfg.errs, cfg.acks.check(cfg.timeout))...); err != nil {
 		return nil, err
 	}
 	l := &Limiter{rdb: rdb, prefix: cfg.prefix, timeout: cfg.timeout, detach: !honoursDeadlines(rdb),
-		group: groupingOf(rdb), log: cfg.log, clock: cfg.clock}
+		group: groupingOf(rdb), log: cfg.log, clock: cfg.clock, acks: cfg.acks}
 	l.plans.stagger = cfg.stagger
 	l.breaker = breaker{failures: cfg.breakerFailures, cooldown: cfg.breakerCooldown, span: 2 * cfg.timeout, log: cfg.log}
 	l.breaker.healthy.Store(true)

@@ -24,6 +24,7 @@ type config struct {
 	clock           func() time.Time
 	stagger         bool
 	errs            []error
+	acks            replicaAcks
 }
 
 type fallbackConfig struct{ instances, maxKeys int }
@@ -241,5 +242,23 @@ func WithLeases(share float64) Option {
 			c.fail("WithLeases: share must be in (0, 0.5], got %v", share)
 		}
 		c.leaseShare = share
+	}
+}
+
+// WithReplicaAcks makes every Redis call of the Limiter wait until
+// replicas replicas hold its writes, or timeout (WAIT, sent with the
+// script on one connection, in the same round trip): a failover then
+// loses no admitted decision. A call they do not acknowledge in time is
+// a Redis fault, answered like a timeout (the fallback or the fail
+// policy), although the master took its units. It costs a round trip to
+// a replica per call; see docs/operations.md for the loss without it and
+// BENCHMARKS.md for the cost. timeout must be at least 1ms and below the
+// Limiter's timeout. Default: off (replication is asynchronous).
+func WithReplicaAcks(replicas int, timeout time.Duration) Option {
+	return func(c *config) {
+		if replicas < 1 || timeout < time.Millisecond {
+			c.fail("WithReplicaAcks: want replicas >= 1 and a timeout of 1ms or more, got %d and %v", replicas, timeout)
+		}
+		c.acks = replicaAcks{n: replicas, timeout: timeout}
 	}
 }
