@@ -81,6 +81,7 @@ type Limiter struct {
 	plans     plans
 	clock     func() time.Time // WithClock
 	acks      replicaAcks      // WithReplicaAcks
+	observers observers        // see Observe
 	closed    atomic.Bool
 	stop      func() // undoes what New registered on the client
 }

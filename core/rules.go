@@ -44,7 +44,8 @@ func (l Limit) For(key string) Rule { return Rule{Key: key, Limit: l} }
 // timeout included), when the Result is zero. For Concurrency, the request
 // takes one permit whatever n: alone, n must be 1; beside rate Rules, the
 // permit is taken with their n units. Give the units back with Refund.
-func (l *Limiter) Allow(ctx context.Context, n int, rules ...Rule) (Result, error) {
+func (l *Limiter) Allow(ctx context.Context, n int, rules ...Rule) (res Result, err error) {
+	defer l.observed(ctx, verbAllow, rules, l.observing(), &res, &err)
 	if len(rules) == 1 { // the common call, one step shorter
 		return l.one(ctx, rules[0].Key, rules[0].Limit, n, modeConsume, Result{})
 	}
@@ -64,7 +65,8 @@ func (l *Limiter) decideRules(ctx context.Context, n, mode int, rules []Rule) (R
 // exceed the Limit's capacity. It is denied, taking nothing, only when not
 // even one unit fits; RetryAfter is then the wait for one. It takes one
 // rate Rule.
-func (l *Limiter) AllowAtMost(ctx context.Context, n int, rules ...Rule) (Result, error) {
+func (l *Limiter) AllowAtMost(ctx context.Context, n int, rules ...Rule) (res Result, err error) {
+	defer l.observed(ctx, verbAtMost, rules, l.observing(), &res, &err)
 	if len(rules) != 1 || rules[0].Limit.Algorithm == Concurrency {
 		return Result{}, fmt.Errorf("%w: AllowAtMost takes from one rate Limit, got %d Rules", ErrInvalidCost, len(rules))
 	}
@@ -74,7 +76,8 @@ func (l *Limiter) AllowAtMost(ctx context.Context, n int, rules ...Rule) (Result
 // Peek reports what Allow of one unit would decide now, without taking
 // anything: Remaining is what is left before the request, RetryAfter the
 // wait for one unit.
-func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (Result, error) {
+func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err error) {
+	defer l.observed(ctx, verbPeek, rules, l.observing(), &res, &err)
 	return l.decideRules(ctx, 1, modePeek, rules)
 }
 
@@ -97,7 +100,8 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (Result, error) {
 // receipt from a first, and would give its units back again: that the
 // caller must not do. A Limit whose Rate, Period or Burst changed since
 // the take still takes its receipts (the state is the same).
-func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) error {
+func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) (err error) {
+	defer l.observed(ctx, verbRefund, rules, l.observing(), &taken, &err)
 	if len(rules) == 1 && taken.Rules == nil {
 		if taken.Granted <= 0 {
 			return nil
@@ -105,7 +109,7 @@ func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) error
 		_, err := l.one(ctx, rules[0].Key, rules[0].Limit, taken.Granted, modeRefund, taken)
 		return err
 	}
-	_, err := l.several(ctx, rules, &taken, 0, modeRefund, everyRule)
+	_, err = l.several(ctx, rules, &taken, 0, modeRefund, everyRule)
 	return err
 }
 
@@ -136,7 +140,8 @@ func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) error
 // charges up to 2^40 units (the largest Rate) of one Settle, more beside a
 // bucket that takes more, and carries a debt no further than 2^52µs after
 // the Unix epoch (the year 2112).
-func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...Rule) (Result, error) {
+func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...Rule) (res Result, err error) {
+	defer l.observed(ctx, verbSettle, rules, l.observing(), &res, &err)
 	if len(rules) != 1 || taken.Rules != nil {
 		return l.several(ctx, rules, &taken, used, modeCharge, rateRules)
 	}
@@ -148,7 +153,7 @@ func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...R
 	if n == 0 || limit.Algorithm == Concurrency || taken.Granted <= 0 && mode == modeRefund {
 		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter}, nil
 	}
-	res, err := l.one(ctx, rules[0].Key, limit, n, mode, taken)
+	res, err = l.one(ctx, rules[0].Key, limit, n, mode, taken)
 	if err != nil {
 		return Result{}, err
 	}
@@ -177,7 +182,8 @@ func correction(granted, used int) (n, mode int, err error) {
 // its permits for another Period; false means a permit had lapsed and its
 // key is full: the request holds none there, and nothing counts it, so its
 // caller should stop it (httplimit cancels its context).
-func (l *Limiter) Renew(ctx context.Context, taken Result, rules ...Rule) (Result, error) {
+func (l *Limiter) Renew(ctx context.Context, taken Result, rules ...Rule) (res Result, err error) {
+	defer l.observed(ctx, verbRenew, rules, l.observing(), &res, &err)
 	if len(rules) != 1 || taken.Rules != nil {
 		return l.several(ctx, rules, &taken, 1, modeRenew, permitRules)
 	}

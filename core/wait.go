@@ -43,7 +43,8 @@ func (waitExceedsDeadline) Unwrap() error { return context.DeadlineExceeded }
 // comes with a zero Result, except when ctx ends during a LeakyBucket
 // Delay: the units are taken by then, and the admitting Result is returned
 // with ctx's error, for Refund.
-func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (Result, error) {
+func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (res Result, err error) {
+	defer l.observed(ctx, verbWait, rules, l.observing(), &res, &err)
 	queues := false
 	for _, r := range rules {
 		queues = queues || r.Limit.queues()
@@ -71,7 +72,7 @@ func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (Result, error
 				ask[i] = r
 			}
 		}
-		r, err := l.Allow(ctx, n, ask...)
+		r, err := l.decideRules(ctx, n, modeConsume, ask) // (Allow, but observed once, as the Wait)
 		if err != nil {
 			return Result{}, err
 		}

@@ -45,9 +45,9 @@ func TestDependencies(t *testing.T) {
 				t.Errorf("grpclimit links %s", dep)
 			}
 		}
-		// internal/inspect comes with core: where it shows its Redis state
-		// to the operator's tool (see internal/deps).
-		if rest, ok := strings.CutPrefix(dep, rootModule+"/"); ok && rest != "grpclimit" && rest != "core" && rest != "httplimit" && rest != "internal/inspect" {
+		// internal/inspect and internal/observe come with core: its hooks
+		// for the operator's tool and for its observers (see internal/deps).
+		if rest, ok := strings.CutPrefix(dep, rootModule+"/"); ok && rest != "grpclimit" && rest != "core" && rest != "httplimit" && rest != "internal/inspect" && rest != "internal/observe" {
 			t.Errorf("grpclimit links %s; it may import only core and httplimit of this repository", dep)
 		}
 	}

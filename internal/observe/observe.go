@@ -1,0 +1,37 @@
+// Package observe carries, in the context of a call to a core.Limiter,
+// who makes it, for the Limiter's observers (core.Limiter.Observe): a
+// nethttplimit Transport names its calls, and an httplimit Policy marks
+// its own, which it reports to its Observers itself. Package core reads
+// it and fills in Observed.
+package observe
+
+import "context"
+
+type key struct{}
+
+// caller is who makes a call.
+type caller struct {
+	name     string
+	byPolicy bool
+}
+
+// Named returns ctx naming its calls name (a Transport's Name).
+func Named(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, key{}, caller{name: name})
+}
+
+// ByPolicy returns ctx marking its calls as those of a Policy named name.
+func ByPolicy(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, key{}, caller{name: name, byPolicy: true})
+}
+
+// Of is the name ctx gives its calls, and whether a Policy makes them.
+func Of(ctx context.Context) (name string, byPolicy bool) {
+	c, _ := ctx.Value(key{}).(caller)
+	return c.name, c.byPolicy
+}
+
+// Observed reports whether limiter (a *core.Limiter) has observers, so
+// that a caller marks its context only when someone reads the mark. Set by
+// package core.
+var Observed = func(limiter any) bool { return false }
