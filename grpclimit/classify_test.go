@@ -131,7 +131,7 @@ func TestErrorsReportedAlike(t *testing.T) {
 					outcome, status, code = httplimit.OutcomeFailedOpen, http.StatusOK, codes.OK
 				}
 				obs := &lastDecision{}
-				cfg := httplimit.Config{Limiter: l, Limit: valid(), Fail: fail, Observer: obs, Key: httplimit.KeyByHeader("X-Key")}
+				cfg := httplimit.Config{Limiter: l, Limit: valid(), Fail: fail, Observers: []httplimit.Observer{obs}, Key: httplimit.KeyByHeader("X-Key")}
 				if f.cfg != nil {
 					f.cfg(&cfg)
 				}

@@ -145,9 +145,9 @@ type Config struct {
 	// to drain (Burst × Period / Rate: Period when Burst is Rate).
 	MaxWait time.Duration
 
-	// Observer, if set, is told of every decision (for metrics). Default:
-	// none.
-	Observer Observer
+	// Observers are told of every decision, in order (for metrics:
+	// prommetrics and otelmetrics, say). Default: none.
+	Observers []Observer
 }
 
 // Scope is a further key a request counts against (Config.Scopes).
@@ -237,7 +237,10 @@ func New(cfg Config) (*Policy, error) {
 	p := &Policy{
 		limiter: cfg.Limiter, limit: cfg.Limit, limitFunc: cfg.LimitFunc, name: cfg.Name, key: cfg.Key,
 		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, settle: cfg.Settle, headers: cfg.Headers,
-		fail: cfg.Fail, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observer: cfg.Observer,
+		fail: cfg.Fail, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observers: cfg.Observers,
+	}
+	if err := checkObservers(cfg.Observers); err != nil {
+		return nil, err
 	}
 	if p.limit == (core.Limit{}) {
 		p.limit = defaultLimit

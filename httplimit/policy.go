@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Policy is a compiled Config: the decision step every adapter shares. It
@@ -32,16 +33,9 @@ type Policy struct {
 	fail         FailPolicy
 	dryRun       bool
 	maxWait      time.Duration
-	observer     Observer
+	observers    []Observer
 	noRoute      *atomic.Bool // logged once: a KeyByRoute mounted where no route is known
 	losses       *lossLog     // InFlight permits lost while their requests ran
-}
-
-// Observer is told of every decision, with all a Decision carries. It must
-// be safe for concurrent use and fast: it runs on the request path. The
-// metrics packages implement it.
-type Observer interface {
-	Observe(d Decision)
 }
 
 // Name is the Policy's name (Config.Name).
@@ -73,6 +67,9 @@ func (p *Policy) DecideN(r Request, n int) Decision { return p.decideRequest(r, 
 // (Config.LimitFunc), then the Limiter.
 func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: r.Context(), inHandler: inHandler}
+	if observe.Observed(p.limiter) {
+		d.ctx = observe.ByPolicy(d.ctx, p.name) // its Observers tell of it, not the Limiter's
+	}
 	start := time.Now()
 	key, err := p.key(r)
 	if err == nil && key == "" {
@@ -141,8 +138,8 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 		// its permit until the lease lapses. Its rate units stay spent.
 		d.givePermitBack(context.WithoutCancel(d.ctx))
 	}
-	if p.observer != nil {
-		p.observer.Observe(d)
+	for _, o := range p.observers {
+		o.Observe(d)
 	}
 	return d
 }

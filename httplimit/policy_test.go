@@ -348,7 +348,7 @@ func TestInvalidCostFailsClosed(t *testing.T) {
 			mr, _, l := mini(t)
 			var obs observed
 			cfg := Config{Limiter: l, Limit: core.PerSecond(10), Layers: tt.layers,
-				Fail: FailOpen, Cost: func(Request) int { return tt.cost }, Observer: &obs}
+				Fail: FailOpen, Cost: func(Request) int { return tt.cost }, Observers: []Observer{&obs}}
 			if tt.limitFn != nil {
 				cfg.LimitFunc = func(r Request, _ string) (core.Limit, bool) { return tt.limitFn(r) }
 			}
@@ -398,7 +398,7 @@ func TestUnkeyedRefused(t *testing.T) {
 		{"empty key", func(Request) (string, error) { return "", nil }, from("192.0.2.1")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, Observer: &obs, Cost: cost, LimitFunc: limitFunc})
+			p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, Observers: []Observer{&obs}, Cost: cost, LimitFunc: limitFunc})
 			for range 3 {
 				d, h := decide(p, tt.req)
 				if d.Outcome != OutcomeNoKey || d.Proceed() || d.Status() != http.StatusBadRequest || d.RedisFault() {
@@ -483,7 +483,7 @@ func TestDecisionKey(t *testing.T) {
 func TestRedisFault(t *testing.T) {
 	mr, _, l := mini(t)
 	var obs observed
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerSecond(5), Observer: &obs,
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerSecond(5), Observers: []Observer{&obs},
 		Cost: func(r Request) int {
 			if len(r.Header("X-Cost")) > 0 {
 				return 100

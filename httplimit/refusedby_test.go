@@ -88,7 +88,7 @@ func TestRefusedBySweep(t *testing.T) {
 				dryRun := opts.dryRun
 				var obs observed
 				cfg := tt.cfg
-				cfg.Limiter, cfg.Name, cfg.DryRun, cfg.Observer = l, "api", dryRun, &obs
+				cfg.Limiter, cfg.Name, cfg.DryRun, cfg.Observers = l, "api", dryRun, []Observer{&obs}
 				cfg.Headers = Headers{XRateLimit{}, IETF{}}
 				p := mustNew(t, cfg)
 				// The refusal once more: the deny cache's answer, if on,
@@ -150,7 +150,7 @@ type ctxKey struct{}
 func TestDecisionContext(t *testing.T) {
 	_, _, l := mini(t)
 	var obs observed
-	p := mustNew(t, Config{Limiter: l, Observer: &obs})
+	p := mustNew(t, Config{Limiter: l, Observers: []Observer{&obs}})
 	r := from("192.0.2.1")
 	r.ctx = context.WithValue(t.Context(), ctxKey{}, "the request's")
 	p.Decide(r)

@@ -61,7 +61,7 @@ func Example_nearLimit() {
 		return
 	}
 	policy, err := httplimit.New(httplimit.Config{
-		Name: "api", Limiter: limiter, Limit: core.PerMinute(10), Observer: observer,
+		Name: "api", Limiter: limiter, Limit: core.PerMinute(10), Observers: []httplimit.Observer{observer},
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -124,7 +124,7 @@ func Example_tracing() {
 		return
 	}
 	policy, err := httplimit.New(httplimit.Config{
-		Name: "api", Limiter: limiter, Limit: core.PerMinute(10), Observer: observer,
+		Name: "api", Limiter: limiter, Limit: core.PerMinute(10), Observers: []httplimit.Observer{observer},
 		Layers: []core.Limit{{Algorithm: core.FixedWindow, Rate: 2, Period: time.Hour}},
 	})
 	if err != nil {

@@ -366,7 +366,7 @@ func ExampleNew() {
 		fmt.Println(err)
 		return
 	}
-	// Pass o as httplimit.Config.Observer; here, one decision by hand.
+	// Pass o as httplimit.Config.Observers; here, one decision by hand.
 	o.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied})
 	var rm metricdata.ResourceMetrics
 	_ = reader.Collect(context.Background(), &rm)

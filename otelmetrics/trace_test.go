@@ -101,7 +101,7 @@ func TestTraceSweep(t *testing.T) {
 					t.Fatal(err)
 				}
 				p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: hourly(3), Layers: []core.Limit{hourly(2)},
-					InFlight: 1, Scopes: []httplimit.Scope{{Name: "global", Limit: global}}, Observer: o})
+					InFlight: 1, Scopes: []httplimit.Scope{{Name: "global", Limit: global}}, Observers: []httplimit.Observer{o}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -259,7 +259,7 @@ func TestNoTracing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := httplimit.New(httplimit.Config{Limiter: l, Observer: o})
+	p, err := httplimit.New(httplimit.Config{Limiter: l, Observers: []httplimit.Observer{o}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func Example_nearLimit() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector)
 	policy, err := httplimit.New(httplimit.Config{
-		Name: "api", Limiter: limiter, Limit: core.PerMinute(10), Observer: collector,
+		Name: "api", Limiter: limiter, Limit: core.PerMinute(10), Observers: []httplimit.Observer{collector},
 	})
 	if err != nil {
 		fmt.Println(err)

@@ -331,7 +331,7 @@ func ExampleNew() {
 	reg := prometheus.NewRegistry()
 	c := prommetrics.New()
 	reg.MustRegister(c)
-	// Pass c as httplimit.Config.Observer; here, one decision by hand.
+	// Pass c as httplimit.Config.Observers; here, one decision by hand.
 	c.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied})
 	n, err := testutil.GatherAndCount(reg, "redlimit_decisions_total", "redlimit_redis_errors_total")
 	fmt.Println(n, err)

@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		app.Log.Warn("redis check failed at start; the fail policy applies until it answers", "err", err)
 	}
 
-	observer, metrics := app.Metrics(limiter) // nil, nil without -metrics
+	observers, metrics := app.Metrics(limiter) // nil, nil without -metrics
 	policy, err := httplimit.New(httplimit.Config{
 		Limiter:  limiter,
 		Limit:    app.Limit,
@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		Fail:     app.Fail,
 		Headers:  app.Headers,
 		MaxWait:  app.MaxWait,
-		Observer: observer,
+		Observers: observers,
 		// -concurrency: requests of a key in flight at once, on every
 		// instance on this Redis (0: no limit).
 		InFlight:      app.InFlight,

@@ -40,7 +40,7 @@ type Req struct {
 // and hooks in the vocabulary of the scenarios that each adapter maps onto
 // its framework (see Adapter).
 type Config struct {
-	// Config is the Policy's; Run sets its Limiter and Observer.
+	// Config is the Policy's; Run sets its Limiter and Observers.
 	httplimit.Config
 
 	// KeyFunc keys through the framework: its own key hook where it has
@@ -89,7 +89,7 @@ func Policies(t *testing.T, cfg Config, native func(httplimit.Request) Req, keyH
 		cc = *cfg.Check
 		cc.Limiter = hc.Limiter
 	}
-	cc.Observer = hc.Observer
+	cc.Observers = hc.Observers
 	if check, err = httplimit.New(cc); err != nil {
 		t.Fatalf("httplimit.New (check): %v", err)
 	}
@@ -185,7 +185,7 @@ func runScenario(t *testing.T, a Adapter, sc Scenario, env *backend) {
 	trips := make([]RoundTrip, len(sc.Configs))
 	for i, cfg := range sc.Configs {
 		cfg.Limiter = env.limiter
-		cfg.Observer = rec
+		cfg.Observers = []httplimit.Observer{rec}
 		handler := i
 		if sc.Stack {
 			handler = 0

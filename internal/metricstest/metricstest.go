@@ -36,7 +36,7 @@ func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerSecond(2), Observer: obs})
+	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerSecond(2), Observers: []httplimit.Observer{obs}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func NearLimitRun(t *testing.T, obs httplimit.Observer, near string, read func(t
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerMinute(10), InFlight: 1, Observer: obs})
+	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerMinute(10), InFlight: 1, Observers: []httplimit.Observer{obs}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,71 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redlimit/redlimit/core"
+)
+
+// Observer is told of every decision, with all a Decision carries. It must
+// be safe for concurrent use and fast: it runs on the request path. The
+// metrics packages implement it.
+type Observer interface {
+	Observe(d Decision)
+}
+
+// checkObservers refuses a nil Observer, which would fail every decision.
+func checkObservers(obs []Observer) error {
+	for i, o := range obs {
+		if o == nil {
+			return fmt.Errorf("httplimit: Config.Observers[%d] is nil", i)
+		}
+	}
+	return nil
+}
+
+// DecisionOf is the Decision of a call a core.Limiter made outside any
+// Policy (see core.Limiter.Observe), for an Observer: Policy is the
+// caller's Name, Outcome allowed or denied (a Wait's deadline too near
+// included), failed_closed when the call failed, canceled when ctx ended
+// first; Latency is the call's, a Wait's sleeps included. It reports false
+// for a call that decides no admission: Peek, Refund, Settle, Renew.
+func DecisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
+	switch o.Verb {
+	case "allow", "allow_at_most", "wait":
+	default:
+		return Decision{}, false
+	}
+	d := Decision{Policy: o.Name, Result: o.Result, Err: o.Err, Latency: o.Latency, ctx: ctx}
+	if len(o.Rules) > 0 {
+		d.Limit = o.Rules[0].Limit
+		d.capacity = d.Limit.Capacity()
+	}
+	switch {
+	case o.Err == nil && o.Result.Allowed:
+	case o.Err == nil || errors.Is(o.Err, core.ErrWaitExceedsDeadline):
+		d.Outcome, d.RefusedBy = OutcomeDenied, "0"
+	case ctx.Err() != nil:
+		d.Outcome = OutcomeCanceled
+	default:
+		d.Outcome = OutcomeFailedClosed
+	}
+	// Of several Rules, the one Result reports: the first that refused,
+	// else the one with the fewest units left (NearLimit's capacity).
+	for i, r := range o.Result.Rules {
+		if i >= len(o.Rules) {
+			break
+		}
+		switch {
+		case d.Outcome == OutcomeDenied && !r.Allowed && r.RetryAfter > 0:
+			d.RefusedBy, d.Limit, d.capacity = strconv.Itoa(i), o.Rules[i].Limit, o.Rules[i].Limit.Capacity()
+			return d, true
+		case d.Outcome == OutcomeAllowed && r.Remaining == o.Result.Remaining && o.Rules[i].Limit.Algorithm != core.Concurrency:
+			d.Limit, d.capacity = o.Rules[i].Limit, o.Rules[i].Limit.Capacity()
+			return d, true
+		}
+	}
+	return d, true
+}
