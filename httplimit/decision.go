@@ -98,6 +98,10 @@ type Decision struct {
 	// of the metrics' refused_by label: a fixed set per Policy, never the
 	// key. When several refuse, it is the one Result reports.
 	RefusedBy string
+	// Degraded says why the decision was made without Redis, for the
+	// metrics: "fallback", "breaker", "fail_open" or "fail_closed" (see
+	// docs/operations.md); "" when Redis decided.
+	Degraded string
 
 	policy    *Policy
 	ctx       context.Context

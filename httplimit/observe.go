@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redlimit/redlimit/core"
 )
@@ -52,6 +53,7 @@ func DecisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
 	default:
 		d.Outcome = OutcomeFailedClosed
 	}
+	d.Degraded = degraded(&d)
 	// Of several Rules, the one Result reports: the first that refused,
 	// else the one with the fewest units left (NearLimit's capacity).
 	for i, r := range o.Result.Rules {
@@ -68,4 +70,28 @@ func DecisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
 		}
 	}
 	return d, true
+}
+
+// The reasons of Decision.Degraded.
+const (
+	degradedFallback   = "fallback"    // the local fallback decided: Redis failed, or the circuit was open
+	degradedBreaker    = "breaker"     // the circuit was open: the fail policy answered, Redis not asked
+	degradedFailOpen   = "fail_open"   // Redis failed: served without a decision
+	degradedFailClosed = "fail_closed" // Redis failed: refused without a decision
+)
+
+// degraded is the one classification of a decision made without Redis
+// (Decision.Degraded): each such decision has one reason.
+func degraded(d *Decision) string {
+	switch {
+	case d.Result.Fallback:
+		return degradedFallback
+	case !d.RedisFault():
+		return ""
+	case strings.HasSuffix(d.Err.Error(), "(circuit open)"): // core's errCircuitOpen
+		return degradedBreaker
+	case d.Outcome == OutcomeFailedOpen:
+		return degradedFailOpen
+	}
+	return degradedFailClosed
 }

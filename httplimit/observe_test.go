@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // TestDecisionOf: the Decision an Observer gets of a call made outside a
@@ -106,3 +109,53 @@ type orderedObserver struct {
 }
 
 func (o orderedObserver) Observe(Decision) { *o.order = append(*o.order, o.name) }
+
+// TestDegraded walks the ways a decision is made without Redis, under
+// both fail policies: each gets one reason in Decision.Degraded (what the
+// metrics count by), and a decision Redis made, or a caller's mistake,
+// none. Before it, the breaker's decisions were counted nowhere apart.
+func TestDegraded(t *testing.T) {
+	for _, fail := range []FailPolicy{FailOpen, FailClosed} {
+		failed := map[FailPolicy]string{FailOpen: "fail_open", FailClosed: "fail_closed"}[fail]
+		steps := []struct {
+			name     string
+			opts     []core.Option
+			down     bool // miniredis closed
+			cost     int
+			want     []string // Degraded of each of the decisions, in turn
+			outcomes []Outcome
+		}{
+			{"Redis decides", nil, false, 1, []string{"", ""}, nil},
+			{"a cost that can never pass", nil, false, 1000, []string{""}, []Outcome{OutcomeFailedClosed}},
+			{"Redis down", nil, true, 1, []string{failed, failed}, nil},
+			{"Redis down, then the circuit open", []core.Option{core.WithTimeout(0), core.WithBreaker(1, time.Hour)}, true, 1,
+				[]string{failed, "breaker", "breaker"}, nil},
+			{"Redis down, the fallback decides", []core.Option{core.WithLocalFallback(1, 100)}, true, 1, []string{"fallback", "fallback"}, nil},
+			{"the circuit open, the fallback decides", []core.Option{core.WithTimeout(0), core.WithBreaker(1, time.Hour), core.WithLocalFallback(1, 100)}, true, 1,
+				[]string{"fallback", "fallback"}, nil},
+		}
+		for _, st := range steps {
+			t.Run(fail.String()+"/"+st.name, func(t *testing.T) {
+				mr, _ := redistest.Mini(t)
+				rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1}) // a closed Redis fails at once
+				t.Cleanup(func() { _ = rdb.Close() })
+				l := newLimiter(t, rdb, st.opts...)
+				if st.down {
+					mr.Close()
+				}
+				var obs observed
+				p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(10), Fail: fail, Observers: []Observer{&obs},
+					Cost: func(Request) int { return st.cost }})
+				for i, want := range st.want {
+					d, _ := decide(p, from("192.0.2.1"))
+					if d.Degraded != want || obs.decisions[i].Degraded != want {
+						t.Errorf("decision %d: Degraded %q (the Observer's %q), want %q (outcome %v, err %v)", i, d.Degraded, obs.decisions[i].Degraded, want, d.Outcome, d.Err)
+					}
+					if i < len(st.outcomes) && d.Outcome != st.outcomes[i] {
+						t.Errorf("decision %d: outcome %v, want %v", i, d.Outcome, st.outcomes[i])
+					}
+				}
+			})
+		}
+	}
+}

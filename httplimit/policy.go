@@ -138,6 +138,7 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 		// its permit until the lease lapses. Its rate units stay spent.
 		d.givePermitBack(context.WithoutCancel(d.ctx))
 	}
+	d.Degraded = degraded(&d)
 	for _, o := range p.observers {
 		o.Observe(d)
 	}
