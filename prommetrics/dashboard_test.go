@@ -110,7 +110,7 @@ func dashboardExprs(t *testing.T) []string {
 // exported too. With promtool on PATH, every query is valid PromQL.
 func TestDashboardQueries(t *testing.T) {
 	names := exported(t)
-	labels := []string{"policy", "algorithm", "outcome", "refused_by", "le"}
+	labels := []string{"policy", "algorithm", "outcome", "refused_by", "reason", "le"}
 	exprs := dashboardExprs(t)
 	shown := map[string]bool{}
 	for _, e := range exprs {

@@ -74,7 +74,10 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_decision_duration_seconds_sum{algorithm="token_bucket",policy="api"}`:     0.0003,
 				`redlimit_redis_errors_total{policy="api"}`:                                         0,
 				`redlimit_deny_cache_hits_total{policy="api"}`:                                      0,
-				`redlimit_fallback_decisions_total{policy="api"}`:                                   0,
+				`redlimit_degraded_decisions_total{policy="api",reason="fallback"}`:                 0,
+				`redlimit_degraded_decisions_total{policy="api",reason="breaker"}`:                  0,
+				`redlimit_degraded_decisions_total{policy="api",reason="fail_open"}`:                0,
+				`redlimit_degraded_decisions_total{policy="api",reason="fail_closed"}`:              0,
 			}},
 		{"denied", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeDenied, Latency: 200 * time.Microsecond,
 			Result: core.Result{RetryAfter: time.Second}},
@@ -90,29 +93,41 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:        3,
 				`redlimit_deny_cache_hits_total{policy="api"}`:                                     1,
 			}},
-		{"failed open", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis},
+		{"failed open", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis, Degraded: "fail_open"},
 			map[string]float64{
+				`redlimit_degraded_decisions_total{policy="api",reason="fail_open"}`:                    1,
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:             4,
 				`redlimit_decision_duration_seconds_sum{algorithm="token_bucket",policy="api"}`:         0.0505,
 				`redlimit_redis_errors_total{policy="api"}`:                                             1,
 			}},
 		{"fallback", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed,
-			Result: core.Result{Allowed: true, Fallback: true}},
+			Result: core.Result{Allowed: true, Fallback: true}, Degraded: "fallback"},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="token_bucket",outcome="allowed",policy="api"}`: 2,
 				`redlimit_decision_duration_seconds{algorithm="token_bucket",policy="api"}`:         5,
-				`redlimit_fallback_decisions_total{policy="api"}`:                                   1,
+				`redlimit_degraded_decisions_total{policy="api",reason="fallback"}`:                 1,
 			}},
 		{"other policy and algorithm, failed closed", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow},
-			Outcome: httplimit.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis},
+			Outcome: httplimit.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis, Degraded: "fail_closed"},
 			map[string]float64{
 				`redlimit_decisions_total{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
 				`redlimit_decision_duration_seconds{algorithm="sliding_window",policy="login"}`:               1,
 				`redlimit_decision_duration_seconds_sum{algorithm="sliding_window",policy="login"}`:           0.001,
 				`redlimit_redis_errors_total{policy="login"}`:                                                 1,
+				`redlimit_degraded_decisions_total{policy="login",reason="fail_closed"}`:                      1,
 				`redlimit_deny_cache_hits_total{policy="login"}`:                                              0,
-				`redlimit_fallback_decisions_total{policy="login"}`:                                           0,
+				`redlimit_degraded_decisions_total{policy="login",reason="fallback"}`:                         0,
+				`redlimit_degraded_decisions_total{policy="login",reason="breaker"}`:                          0,
+				`redlimit_degraded_decisions_total{policy="login",reason="fail_open"}`:                        0,
+			}},
+		{"the circuit open, failed closed", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow},
+			Outcome: httplimit.OutcomeFailedClosed, Err: metricstest.ErrRedis, Degraded: "breaker"},
+			map[string]float64{
+				`redlimit_decisions_total{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 2,
+				`redlimit_decision_duration_seconds{algorithm="sliding_window",policy="login"}`:               2,
+				`redlimit_redis_errors_total{policy="login"}`:                                                 2,
+				`redlimit_degraded_decisions_total{policy="login",reason="breaker"}`:                          1,
 			}},
 		{"canceled", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.LeakyBucket}, Outcome: httplimit.OutcomeCanceled,
 			Result: core.Result{Allowed: true, Delay: time.Second}},
@@ -194,8 +209,9 @@ func TestNoKeyLabelAndLint(t *testing.T) {
 		c.Observe(httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed})
 	}
 	// decisions, near_limit (made by the first allowed), duration, and the
-	// three per-policy counters.
-	if got, want := testutil.CollectAndCount(c), 6; got != want {
+	// per-policy counters: Redis errors, deny cache hits, and the four
+	// reasons of degraded decisions.
+	if got, want := testutil.CollectAndCount(c), 9; got != want {
 		t.Errorf("CollectAndCount = %d, want %d", got, want)
 	}
 	problems, err := testutil.CollectAndLint(c)
@@ -227,7 +243,8 @@ func TestPolicyOnMiniredis(t *testing.T) {
 func TestObserveAllocs(t *testing.T) {
 	c := prommetrics.New()
 	events := []httplimit.Decision{
-		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}},
+		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}, Degraded: "fallback"},
+		{Policy: "api", Outcome: httplimit.OutcomeFailedClosed, Err: metricstest.ErrRedis, Degraded: "fail_closed"},
 		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Limit: core.PerMinute(10), Result: core.Result{Allowed: true, Remaining: 1}},
 		{Policy: "api", Outcome: httplimit.OutcomeInFlight, Limit: core.Limit{Algorithm: core.Concurrency}},
 		{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1", Limit: core.PerMinute(10)},
@@ -311,8 +328,8 @@ func BenchmarkObserveMixed(b *testing.B) {
 	events := []httplimit.Decision{
 		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Latency: 300 * time.Microsecond},
 		{Policy: "api", Outcome: httplimit.OutcomeDenied, Result: core.Result{Cached: true}},
-		{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow}, Outcome: httplimit.OutcomeFailedOpen, Err: metricstest.ErrRedis},
-		{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow}, Outcome: httplimit.OutcomeAllowed, Result: core.Result{Fallback: true}},
+		{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow}, Outcome: httplimit.OutcomeFailedOpen, Err: metricstest.ErrRedis, Degraded: "fail_open"},
+		{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow}, Outcome: httplimit.OutcomeAllowed, Result: core.Result{Fallback: true}, Degraded: "fallback"},
 	}
 	for _, e := range events {
 		c.Observe(e)

@@ -4,14 +4,19 @@ package metricstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
 	"github.com/redlimit/redlimit/internal/redistest"
+	"github.com/redlimit/redlimit/nethttplimit"
 )
 
 // Series names the series PolicyRun checks, in the exporter's own notation
@@ -219,3 +224,66 @@ func NearLimitRun(t *testing.T, obs httplimit.Observer, near string, read func(t
 		}
 	}
 }
+
+// DirectRun makes 70 decisions on l outside any Policy, then two calls
+// with Redis (mr) closed, and returns what read then returns: 30 Allow of
+// a token bucket of 20 (20 allowed, 5 of them near the limit, 10 denied),
+// 10 AllowAtMost of a fixed window of 10 (10 allowed, 3 near), 20 Wait of
+// a token bucket of 15 (15 allowed, 4 near; 5 denied, their deadline too
+// near), 10 requests through a nethttplimit Transport named transport of
+// 10 a minute (10 allowed, 3 near), then an Allow that fails (a Redis
+// fault: failed_closed) and a Refund that fails. The exporter must have
+// been given l (WithLimiter).
+func DirectRun(t *testing.T, l *core.Limiter, mr *miniredis.Miniredis, read func(t *testing.T) map[string]float64, transport string) map[string]float64 {
+	t.Helper()
+	ctx := context.Background()
+	var receipt core.Result
+	for i := range 30 {
+		r, err := l.Allow(ctx, 1, core.PerMinute(20).For("direct:allow"))
+		if err != nil || r.Allowed != (i < 20) {
+			t.Fatalf("Allow %d: %+v, %v", i, r, err)
+		}
+		if i == 0 {
+			receipt = r
+		}
+	}
+	for i := range 10 {
+		if r, err := l.AllowAtMost(ctx, 1, core.Limit{Algorithm: core.FixedWindow, Rate: 10, Period: time.Minute}.For("direct:atmost")); err != nil || !r.Allowed {
+			t.Fatalf("AllowAtMost %d: %+v, %v", i, r, err)
+		}
+	}
+	for i := range 20 {
+		wctx, cancel := context.WithTimeout(ctx, time.Second) // miniredis' clock stands still: no token comes back
+		r, err := l.Wait(wctx, 1, core.PerMinute(15).For("direct:wait"))
+		cancel()
+		if i < 15 && (err != nil || !r.Allowed) || i >= 15 && !errors.Is(err, core.ErrWaitExceedsDeadline) {
+			t.Fatalf("Wait %d: %+v, %v", i, r, err)
+		}
+	}
+	tr, err := nethttplimit.NewTransport(nethttplimit.TransportConfig{Limiter: l, Limit: core.PerMinute(10), Name: transport,
+		Base: roundTrip(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		resp, err := (&http.Client{Transport: tr}).Get("http://api.example/")
+		if err != nil {
+			t.Fatalf("request %d through the Transport: %v", i, err)
+		}
+		_ = resp.Body.Close()
+	}
+	mr.Close()
+	if _, err := l.Allow(ctx, 1, core.PerMinute(20).For("direct:allow")); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("Allow with Redis closed: %v, want ErrUnavailable", err)
+	}
+	if err := l.Refund(ctx, receipt, core.PerMinute(20).For("direct:allow")); !errors.Is(err, core.ErrUnavailable) {
+		t.Fatalf("Refund with Redis closed: %v, want ErrUnavailable", err)
+	}
+	return read(t)
+}
+
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
