@@ -29,7 +29,7 @@ func checkObservers(obs []Observer) error {
 
 // DecisionOf is the Decision of a call a core.Limiter made outside any
 // Policy (see core.Limiter.Observe), for an Observer: Policy is the
-// caller's Name, Outcome allowed or denied (a Wait's deadline too near
+// caller's Name, Key the first Rule's, Outcome allowed or denied (a Wait's deadline too near
 // included), failed_closed when the call failed, canceled when ctx ended
 // first; Latency is the call's, a Wait's sleeps included. It reports false
 // for a call that decides no admission: Peek, Refund, Settle, Renew.
@@ -41,7 +41,7 @@ func DecisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
 	}
 	d := Decision{Policy: o.Name, Result: o.Result, Err: o.Err, Latency: o.Latency, ctx: ctx}
 	if len(o.Rules) > 0 {
-		d.Limit = o.Rules[0].Limit
+		d.Key, d.Limit = o.Rules[0].Key, o.Rules[0].Limit
 		d.capacity = d.Limit.Capacity()
 	}
 	switch {

@@ -109,27 +109,37 @@ func TestObserveSteps(t *testing.T) {
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:          3,
 				`redlimit.deny_cache.hits{policy="api"}`:                                     1,
 			}},
-		{"failed open", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis},
+		{"failed open", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeFailedOpen, Latency: 50 * time.Millisecond, Err: metricstest.ErrRedis, Degraded: "fail_open"},
 			map[string]float64{
+				`redlimit.degraded.decisions{policy="api",reason="fail_open"}`:                    1,
 				`redlimit.decisions{algorithm="token_bucket",outcome="failed_open",policy="api"}`: 1,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:               4,
 				`redlimit.decision.duration_sum{algorithm="token_bucket",policy="api"}`:           0.0505,
 				`redlimit.redis.errors{policy="api"}`:                                             1,
 			}},
 		{"fallback", httplimit.Decision{Policy: "api", Outcome: httplimit.OutcomeAllowed,
-			Result: core.Result{Allowed: true, Fallback: true}},
+			Result: core.Result{Allowed: true, Fallback: true}, Degraded: "fallback"},
 			map[string]float64{
 				`redlimit.decisions{algorithm="token_bucket",outcome="allowed",policy="api"}`: 2,
 				`redlimit.decision.duration{algorithm="token_bucket",policy="api"}`:           5,
-				`redlimit.fallback.decisions{policy="api"}`:                                   1,
+				`redlimit.degraded.decisions{policy="api",reason="fallback"}`:                 1,
 			}},
 		{"other policy and algorithm, failed closed", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow},
-			Outcome: httplimit.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis},
+			Outcome: httplimit.OutcomeFailedClosed, Latency: time.Millisecond, Err: metricstest.ErrRedis, Degraded: "fail_closed"},
 			map[string]float64{
 				`redlimit.decisions{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 1,
 				`redlimit.decision.duration{algorithm="sliding_window",policy="login"}`:                 1,
 				`redlimit.decision.duration_sum{algorithm="sliding_window",policy="login"}`:             0.001,
 				`redlimit.redis.errors{policy="login"}`:                                                 1,
+				`redlimit.degraded.decisions{policy="login",reason="fail_closed"}`:                      1,
+			}},
+		{"the circuit open, failed closed", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.SlidingWindow},
+			Outcome: httplimit.OutcomeFailedClosed, Err: metricstest.ErrRedis, Degraded: "breaker"},
+			map[string]float64{
+				`redlimit.decisions{algorithm="sliding_window",outcome="failed_closed",policy="login"}`: 2,
+				`redlimit.decision.duration{algorithm="sliding_window",policy="login"}`:                 2,
+				`redlimit.redis.errors{policy="login"}`:                                                 2,
+				`redlimit.degraded.decisions{policy="login",reason="breaker"}`:                          1,
 			}},
 		{"canceled", httplimit.Decision{Policy: "login", Limit: core.Limit{Algorithm: core.LeakyBucket}, Outcome: httplimit.OutcomeCanceled,
 			Result: core.Result{Allowed: true, Delay: time.Second}},
@@ -214,7 +224,7 @@ func TestDefaultBuckets(t *testing.T) {
 	}
 	for _, m := range rm.ScopeMetrics[0].Metrics {
 		if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
-			if got, want := h.DataPoints[0].Bounds, otelmetrics.DefaultBuckets; !slices.Equal(got, want) {
+			if got, want := h.DataPoints[0].Bounds, []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1}; !slices.Equal(got, want) {
 				t.Errorf("Bounds = %v, want %v", got, want)
 			}
 			return
@@ -248,7 +258,8 @@ func TestObserveAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := []httplimit.Decision{
-		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}},
+		{Policy: "api", Outcome: httplimit.OutcomeDenied, Err: metricstest.ErrRedis, Result: core.Result{Cached: true, Fallback: true}, Degraded: "fallback"},
+		{Policy: "api", Outcome: httplimit.OutcomeFailedClosed, Err: metricstest.ErrRedis, Degraded: "breaker"},
 		{Policy: "api", Outcome: httplimit.OutcomeAllowed, Limit: core.PerMinute(10), Result: core.Result{Allowed: true, Remaining: 1}},
 		{Policy: "api", Outcome: httplimit.OutcomeInFlight, Limit: core.Limit{Algorithm: core.Concurrency}},
 		{Policy: "api", Outcome: httplimit.OutcomeDenied, RefusedBy: "1", Limit: core.PerMinute(10)},

@@ -1,12 +1,14 @@
 package otelmetrics
 
 import (
+	"context"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
 )
 
@@ -139,4 +141,30 @@ func (t *tracing) attributes(d *httplimit.Decision) []attribute.KeyValue {
 		attrs = append(attrs, spanKey.String(d.Key))
 	}
 	return attrs
+}
+
+// recordCall puts a call that decides nothing (Refund, Settle, Renew,
+// Peek) in its trace: a span of its own, "redlimit.<verb>", with the
+// caller's name, the first Rule's algorithm and the call's latency, status
+// Error when it failed. WithRequestSpan records none: on the request's
+// span, its attributes would overwrite the decision's.
+func (t *tracing) recordCall(ctx context.Context, c *core.Observation) {
+	if t.tracer == nil {
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 4)
+	attrs = append(attrs, spanPolicy.String(c.Name), spanLatency.Float64(c.Latency.Seconds()))
+	if len(c.Rules) > 0 {
+		attrs = append(attrs, spanAlgorithm.String(c.Rules[0].Limit.Algorithm.String()))
+		if t.key {
+			attrs = append(attrs, spanKey.String(c.Rules[0].Key))
+		}
+	}
+	end := time.Now()
+	_, span := t.tracer.Start(ctx, "redlimit."+c.Verb, trace.WithTimestamp(end.Add(-c.Latency)),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	if c.Err != nil {
+		span.SetStatus(codes.Error, "redlimit: "+c.Verb+" failed") // not the error's text: it may quote the key
+	}
+	span.End(trace.WithTimestamp(end))
 }
