@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,10 +52,18 @@ func TestWithReplicaAcksOptions(t *testing.T) {
 
 // replicated starts a master and replicas replicas of it, each in sync.
 func replicated(t *testing.T, replicas int) (*redistest.Server, []*redistest.Server) {
+	return replicatedB(t, replicas)
+}
+
+func replicatedB(t testing.TB, replicas ...int) (*redistest.Server, []*redistest.Server) {
 	t.Helper()
 	master := redistest.StartServer(t)
 	var rs []*redistest.Server
-	for range replicas {
+	n := 1
+	if len(replicas) > 0 {
+		n = replicas[0]
+	}
+	for range n {
 		r := redistest.StartServer(t, "--replicaof", "127.0.0.1", master.Port())
 		rs = append(rs, r)
 		admin := r.Admin(t)
@@ -285,4 +294,51 @@ func (h pipelineCheck) note(s string) {
 	h.mu.Lock()
 	*h.bad = append(*h.bad, s)
 	h.mu.Unlock()
+}
+
+// BenchmarkReplicaAcks: what WithReplicaAcks adds to a decision's latency,
+// on a master and a replica of their own (loopback): a lone caller's
+// decision (ns/op is its latency), and 16 callers' (ns/op is the time per
+// decision of the throughput), without and with the WAIT.
+//
+//	go test -run '^$' -bench BenchmarkReplicaAcks -benchmem -count 6 ./core
+func BenchmarkReplicaAcks(b *testing.B) {
+	master, _ := replicatedB(b)
+	ctx := context.Background()
+	limit := PerSecond(10_000_000)
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{
+		{"acks=0", nil},
+		{"acks=1", []Option{WithReplicaAcks(1, 500*time.Millisecond)}},
+	} {
+		l, err := New(master.Client(b, nil), append([]Option{WithLogger(nil), WithTimeout(time.Second)}, mode.opts...)...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("lone/"+mode.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.Allow(ctx, 1, limit.For("bench:lone")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("parallel16/"+mode.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(16 / max(1, runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := l.Allow(ctx, 1, limit.For("bench:p:"+strconv.Itoa(i%1000))); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
+		_ = l.Close()
+	}
 }
