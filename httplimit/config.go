@@ -239,9 +239,6 @@ func New(cfg Config) (*Policy, error) {
 		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, settle: cfg.Settle, headers: cfg.Headers,
 		fail: cfg.Fail, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observers: cfg.Observers,
 	}
-	if err := checkObservers(cfg.Observers); err != nil {
-		return nil, err
-	}
 	if p.limit == (core.Limit{}) {
 		p.limit = defaultLimit
 	}
@@ -257,7 +254,7 @@ func New(cfg Config) (*Policy, error) {
 		}
 		p.layers = append(p.layers, p.capWait(l))
 	}
-	if err := p.scopesOf(cfg.Scopes); err != nil {
+	if err := errors.Join(p.scopesOf(cfg.Scopes), checkObservers(cfg.Observers)); err != nil {
 		return nil, err
 	}
 	switch {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Observer is told of every decision, with all a Decision carries. It must
@@ -15,6 +16,24 @@ import (
 // metrics packages implement it.
 type Observer interface {
 	Observe(d Decision)
+}
+
+// callContext is ctx for the Limiter's calls of a decision: marked as the
+// Policy's while the Limiter has observers, which then leave them to the
+// Policy's Observers (see core.Limiter.Observe).
+func (p *Policy) callContext(ctx context.Context) context.Context {
+	if observe.Observed(p.limiter) {
+		return observe.ByPolicy(ctx, p.name)
+	}
+	return ctx
+}
+
+// observe tells p's Observers of d.
+func (p *Policy) observe(d *Decision) {
+	d.Degraded = degraded(d)
+	for _, o := range p.observers {
+		o.Observe(*d)
+	}
 }
 
 // checkObservers refuses a nil Observer, which would fail every decision.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Policy is a compiled Config: the decision step every adapter shares. It
@@ -66,10 +65,7 @@ func (p *Policy) DecideN(r Request, n int) Decision { return p.decideRequest(r, 
 // nothing; then the cost (n, or Config.Cost when n is 0) and the Limit
 // (Config.LimitFunc), then the Limiter.
 func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
-	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: r.Context(), inHandler: inHandler}
-	if observe.Observed(p.limiter) {
-		d.ctx = observe.ByPolicy(d.ctx, p.name) // its Observers tell of it, not the Limiter's
-	}
+	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: p.callContext(r.Context()), inHandler: inHandler}
 	start := time.Now()
 	key, err := p.key(r)
 	if err == nil && key == "" {
@@ -138,10 +134,7 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 		// its permit until the lease lapses. Its rate units stay spent.
 		d.givePermitBack(context.WithoutCancel(d.ctx))
 	}
-	d.Degraded = degraded(&d)
-	for _, o := range p.observers {
-		o.Observe(d)
-	}
+	p.observe(&d)
 	return d
 }
 
