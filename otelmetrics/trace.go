@@ -38,20 +38,15 @@ const (
 	spanKey        = attribute.Key("redlimit.key")
 )
 
-// WithTracerProvider records each decision as a span of its own, named
+// WithTracerProvider records each decision as a span of its own,
 // "redlimit.decide", made by a tracer of tp: a child of the request's span
-// (httplimit.Decision.Context), starting when the decision did and ending
-// when the Observer is told, after any LeakyBucket wait (a dry run does
-// not wait: its span starts that Delay early). Its attributes:
-// redlimit.policy, redlimit.algorithm, redlimit.outcome, redlimit.refused_by
-// (on a refusal: "0" the Limit, "1".. the Layers, a Scope's Name, "inflight"),
-// redlimit.failed_open, redlimit.cached, redlimit.leased, redlimit.fallback,
-// redlimit.latency (Decision.Latency, seconds: the Redis round trips) and,
-// after a wait, redlimit.delay (seconds). A decision the Limiter failed has
-// the status Error. Mount the tracing middleware outside the limiter's, so
-// that the request has its span when the Policy decides: a request without
-// one gets a root span, sampled as tp's sampler says. The last of
-// WithTracerProvider and WithRequestSpan wins. Default: no spans.
+// (httplimit.Decision.Context), from when the decision started to when the
+// Observer is told, after any LeakyBucket wait. Its attributes (the
+// policy, algorithm, outcome, which limit refused, whether it failed open,
+// was cached, leased or decided by the fallback, its latency and wait) are
+// listed in docs/operations.md ("Traces"); a failed decision has the
+// status Error. Mount the tracing middleware outside the limiter's. The
+// last of WithTracerProvider and WithRequestSpan wins. Default: no spans.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider, c.requestSpan = tp, false }
 }
