@@ -22,7 +22,7 @@ type Observation struct {
 	// Result and Err are what it returned (for Refund, the receipt).
 	Result Result
 	Err    error
-	// Latency is how long it took, Wait's sleeps included.
+	// Latency is how long it took, without the sleeps of a Wait.
 	Latency time.Duration
 }
 
@@ -103,6 +103,14 @@ func (l *Limiter) observing() time.Time {
 		return time.Time{}
 	}
 	return time.Now()
+}
+
+// later is start moved d later; the zero Time (unobserved) stays zero.
+func later(start time.Time, d time.Duration) time.Time {
+	if start.IsZero() {
+		return start
+	}
+	return start.Add(d)
 }
 
 // observed tells the observers of a call that began at start (see

@@ -44,7 +44,8 @@ func (waitExceedsDeadline) Unwrap() error { return context.DeadlineExceeded }
 // Delay: the units are taken by then, and the admitting Result is returned
 // with ctx's error, for Refund.
 func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (res Result, err error) {
-	defer l.observed(ctx, verbWait, rules, l.observing(), &res, &err)
+	start, slept := l.observing(), time.Duration(0) // its Latency is without its sleeps
+	defer func() { l.observed(ctx, verbWait, rules, later(start, slept), &res, &err) }()
 	queues := false
 	for _, r := range rules {
 		queues = queues || r.Limit.queues()
@@ -99,6 +100,7 @@ func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (res Result, e
 				}
 				return Result{}, err
 			}
+			slept += wait
 		}
 		if r.Allowed {
 			return r, nil

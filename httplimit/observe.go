@@ -50,7 +50,7 @@ func checkObservers(obs []Observer) error {
 // Policy (see core.Limiter.Observe), for an Observer: Policy is the
 // caller's Name, Key the first Rule's, Outcome allowed or denied (a Wait's deadline too near
 // included), failed_closed when the call failed, canceled when ctx ended
-// first; Latency is the call's, a Wait's sleeps included. It reports false
+// first; Latency is the call's, without a Wait's sleeps. It reports false
 // for a call that decides no admission: Peek, Refund, Settle, Renew.
 func DecisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
 	switch o.Verb {
