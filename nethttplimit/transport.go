@@ -185,7 +185,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
 	if err == nil {
 		if d := t.pauseFor(resp); d > 0 {
-			t.pause(req.Context(), key, d)
+			t.pause(observe.Named(req.Context(), t.name), key, d)
 		}
 	}
 	return resp, err
