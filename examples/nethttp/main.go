@@ -59,12 +59,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 
 	observers, metrics := app.Metrics(limiter) // nil, nil without -metrics
 	policy, err := httplimit.New(httplimit.Config{
-		Limiter:  limiter,
-		Limit:    app.Limit,
-		Key:      app.Key,
-		Fail:     app.Fail,
-		Headers:  app.Headers,
-		MaxWait:  app.MaxWait,
+		Limiter:   limiter,
+		Limit:     app.Limit,
+		Key:       app.Key,
+		Fail:      app.Fail,
+		Headers:   app.Headers,
+		MaxWait:   app.MaxWait,
 		Observers: observers,
 		// -concurrency: requests of a key in flight at once, on every
 		// instance on this Redis (0: no limit).
