@@ -1,11 +1,12 @@
-// Package exampleapp is what the example servers share that a real app would
-// do its own way: flags and env vars, the log, the embedded miniredis, the
-// Prometheus registry, serving with a graceful shutdown, and what the demo
-// routes GET /slow and GET /spend read from their query. Each example's
-// main.go then shows only the wiring a user copies: the go-redis client, the
-// Limiter, the Policy, the middleware on the routes, and a handler that
-// reports its request's cost. The behaviour all examples share is the
-// example contract in examples/README.md.
+// Package exampleapp is what the six HTTP example servers share: flags and
+// env vars, the log, the embedded miniredis, the wiring of redlimit that no
+// framework changes (the go-redis client, the Limiter, its start-up Ping,
+// the Policy; see wiring.go, the part to copy into an app), the Prometheus
+// registry, serving with a graceful shutdown, and what the demo routes GET
+// /slow and GET /spend read from their query. Each example's main.go then
+// holds only what is its framework's: the middleware on the routes and a
+// handler that reports its request's cost. The behaviour all examples share
+// is the example contract in examples/README.md.
 package exampleapp
 
 import (
@@ -13,74 +14,51 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
 )
 
-// App is an example server's configuration, ready to pass to redlimit, and
-// what it runs beside the framework (the log, the embedded Redis).
+// App is an example server's configuration, the Policy its middleware
+// takes, and what it runs beside the framework (the log, the Redis client,
+// the embedded Redis).
 type App struct {
 	// Config is the parsed command line and environment.
 	Config Config
 	// Log writes the server's log lines (to run's stdout).
 	Log *slog.Logger
-
-	// Limit is the quota that -algorithm, -limit, -period and -burst say.
-	Limit core.Limit
-	// Key keys requests as -key says.
-	Key httplimit.KeyFunc
-	// Fail is -fail.
-	Fail httplimit.FailPolicy
-	// Headers is -headers.
-	Headers httplimit.Headers
-	// MaxWait is -max-wait for leaky_bucket (default: the period); 0 for
-	// the other algorithms.
-	MaxWait time.Duration
-	// InFlight is -concurrency: how many requests of a key may be in
-	// flight at once; 0 for no limit.
-	InFlight int
-	// InFlightLease is -concurrency-lease: how long a permit outlives a
-	// process that died holding it.
-	InFlightLease time.Duration
-	// Timeout is -timeout, the most one decision may take.
-	Timeout time.Duration
+	// Policy decides the limited routes' requests, as the flags say; one
+	// middleware made of it puts every route it is on under one limit.
+	Policy *httplimit.Policy
+	// Metrics serves GET /metrics with -metrics; nil without.
+	Metrics http.Handler
 	// Embedded reports that neither -redis nor -redis-cluster was given:
 	// the server runs on an in-process miniredis (RedisOptions points at
 	// it).
 	Embedded bool
 
 	mini *miniredis.Miniredis
+	rdb  redis.UniversalClient
 }
 
-// Setup parses the configuration (see ParseConfig), makes the log, and
-// starts the embedded miniredis when no Redis is given. The caller must
-// Close the App. name is the program's name, for -h and the log.
-func Setup(name string, args []string, getenv func(string) string, stdout io.Writer) (*App, error) {
+// Setup parses the configuration (see ParseConfig), makes the log, starts
+// the embedded miniredis when no Redis is given, and wires the Redis
+// client, the Limiter and the Policy (see wire). ctx bounds the start-up
+// Ping. The caller must Close the App. name is the program's name, for -h
+// and the log.
+func Setup(ctx context.Context, name string, args []string, getenv func(string) string, stdout io.Writer) (*App, error) {
 	cfg, err := ParseConfig(name, args, getenv, stdout)
 	if err != nil {
 		return nil, err
 	}
 	log := slog.New(slog.NewTextHandler(stdout, nil)).With("example", name)
 	quietRedis.Do(func() { redis.SetLogger(redisLogger{log}) })
-	a := &App{
-		Config:        cfg,
-		Log:           log,
-		Limit:         cfg.CoreLimit(),
-		Key:           cfg.KeyFunc(),
-		Fail:          cfg.Fail,
-		Headers:       cfg.Headers,
-		MaxWait:       cfg.LeakyMaxWait(),
-		Timeout:       cfg.Timeout,
-		InFlight:      cfg.Concurrency,
-		InFlightLease: cfg.ConcurrencyLease,
-	}
+	a := &App{Config: cfg, Log: log}
 	switch {
 	case cfg.RedisURL != "":
 		opt, _ := redis.ParseURL(cfg.RedisURL) // ParseConfig checked it
@@ -97,14 +75,26 @@ func Setup(name string, args []string, getenv func(string) string, stdout io.Wri
 			"limits are not shared with other processes and are lost on exit", "addr", a.mini.Addr())
 	}
 	headers, _ := cfg.Headers.MarshalText() // built-in styles only
-	log.Info("limiting GET /, /slow and /spend", "limit", a.Limit.String(), "capacity", a.Limit.Capacity(),
+	limit := cfg.CoreLimit()
+	log.Info("limiting GET /, /slow and /spend", "limit", limit.String(), "capacity", limit.Capacity(),
 		"key", cfg.Key, "fail", cfg.Fail.String(), "timeout", cfg.Timeout, "headers", string(headers),
 		"concurrency", cfg.Concurrency)
+	if err := a.wire(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
 	return a, nil
 }
 
-// Close stops the embedded miniredis, if any.
+// Close closes the Redis client (logging its error) and stops the
+// embedded miniredis, if any.
 func (a *App) Close() {
+	if a.rdb != nil {
+		if err := a.rdb.Close(); err != nil {
+			a.Log.Warn("closing the redis client", "err", err)
+		}
+		a.rdb = nil
+	}
 	if a.mini != nil {
 		a.mini.Close()
 		a.mini = nil

@@ -15,7 +15,7 @@ import (
 func setup(t *testing.T, args ...string) (*App, *bytes.Buffer) {
 	t.Helper()
 	var log bytes.Buffer
-	app, err := Setup("test", args, env(), &log)
+	app, err := Setup(context.Background(), "test", args, env(), &log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,15 +111,17 @@ func TestKeyFunc(t *testing.T) {
 	}
 }
 
-func TestSetupInFlight(t *testing.T) {
-	app, log := setup(t, "-concurrency", "2", "-concurrency-lease", "3s")
-	if app.InFlight != 2 || app.InFlightLease != 3*time.Second {
-		t.Errorf("InFlight %d, InFlightLease %v; want 2, 3s", app.InFlight, app.InFlightLease)
+// TestSetup checks that Setup wires a Policy, and a /metrics handler only
+// with -metrics, and logs the concurrency limit.
+func TestSetup(t *testing.T) {
+	app, log := setup(t, "-concurrency", "2", "-concurrency-lease", "3s", "-metrics")
+	if app.Policy == nil || app.Metrics == nil {
+		t.Errorf("with -metrics: Policy %v, Metrics %v; want both", app.Policy, app.Metrics)
 	}
 	if !strings.Contains(log.String(), "concurrency=2") {
 		t.Errorf("the log does not say the concurrency:\n%s", log)
 	}
-	if app, _ := setup(t); app.InFlight != 0 || app.InFlightLease != 10*time.Second {
-		t.Errorf("defaults: InFlight %d, InFlightLease %v; want 0 (off), 10s", app.InFlight, app.InFlightLease)
+	if app, _ := setup(t); app.Policy == nil || app.Metrics != nil {
+		t.Errorf("defaults: Policy %v, Metrics %v; want a Policy and no metrics", app.Policy, app.Metrics)
 	}
 }
