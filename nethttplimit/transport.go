@@ -49,45 +49,17 @@ type TransportConfig struct {
 }
 
 // Transport is an http.RoundTripper that keeps outbound requests within a
-// quota shared by every process whose Transport uses the same Redis and
-// Name: a fleet of workers calling a third-party API limited to 100
-// requests per second, say. Make it with NewTransport; a Transport is safe
-// for concurrent use and keeps no request.
+// quota shared through Redis. Every process whose Transport uses the same
+// Redis and Name shares it: a fleet of workers calling an API limited to
+// 100 requests per second, say. Make it with NewTransport; it is safe for
+// concurrent use and keeps no request.
 //
 // Each request spends Cost units of its Key's quota before Base sends it.
-// By default it waits for room with its own context (core.Limiter.Wait),
-// and is refused at once with a *LimitError, matching
-// core.ErrWaitExceedsDeadline, when that wait would outlast its deadline;
-// with FailFast it is refused at once whenever there is no room. A request
-// the Transport does not send, refused or undecided (Redis down: the
-// Transport fails closed; give the Limiter core.WithLocalFallback to keep
-// calling within each process' share), never reaches Base, and its body is
-// closed. A request Base sent counts even if it failed: the upstream may
-// have seen it.
-//
-// When the upstream answers 429 or 503 with a Retry-After (seconds, or an
-// HTTP-date measured from the response's Date and from the local clock,
-// whichever leaves less), capped at MaxPause, the
-// Transport charges the key in Redis (core.Limiter.Settle) so that the
-// next request on it, from every instance, waits that long before it is
-// sent (or, with FailFast, is refused with that RetryAfter); the response
-// is returned as it came. How long the pause lasts depends on the
-// algorithm, since a charge is a debt in the Limit's units:
-//
-//   - TokenBucket and LeakyBucket: at least Retry-After, and less than one
-//     unit's time (Period / Rate) more.
-//   - FixedWindow, SlidingWindowCounter, SlidingWindow: a debt fills whole
-//     windows, so the pause ends on a window boundary, up to two Periods
-//     after Retry-After. Prefer a bucket where Period is long.
-//   - Calendar windows: a debt would last the rest of the month, so only
-//     the Transport that saw the 429 pauses.
-//
-// When Redis cannot record the pause, the Transport that saw the 429 keeps
-// it alone (for up to 1024 keys at once). The 429s one Transport sees
-// together are charged once; Transports that see them within one Redis
-// round trip of each other may each charge in full, for Retry-After and
-// what the key still held: the pause is then longer, never shorter. A
-// Limiter with core.WithLeases may spend what it had already leased.
+// It waits for room, or is refused with a *LimitError when the wait would
+// outlast its deadline (at once with FailFast); a request not sent never
+// reaches Base. An upstream's 429 or 503 with Retry-After pauses the key
+// on every instance. docs/http.md#outbound-calls says how long a pause
+// lasts under each algorithm, what Redis down does, and the tests of each.
 type Transport struct {
 	limiter  *core.Limiter
 	limit    core.Limit
