@@ -14,27 +14,16 @@ import (
 	"github.com/redlimit/redlimit/core"
 )
 
-// UnaryClientInterceptor returns a client interceptor that keeps the
-// unary calls of every process sharing l's Redis within one quota of an
-// upstream (a partner API's 100 calls per second for the whole fleet): each
-// call first waits with l.Wait(ctx, 1, limit.For(key)), sleeping for the
-// RetryAfter Redis returns, and is made once admitted.
-//
-// A call is never made without a unit of the quota. One whose wait would
-// outlast its deadline fails at once with codes.ResourceExhausted and a
-// google.rpc.RetryInfo detail whose retry_delay is the wait it would have
-// had (core.ErrWaitExceedsDeadline's Result.RetryAfter, to the
-// microsecond: a RetryInfo holds any duration, and whole seconds would
-// hold back a caller of a 100 per second quota a hundred times too long),
-// so a caller that retries after it is never early, assuming no other
-// traffic. One whose context ends while it waits fails then, with
-// codes.DeadlineExceeded or codes.Canceled. When the Limiter fails, the
-// call fails too, with codes.Unavailable, as a server's Status does: for
-// Redis down, slower than the Limiter's timeout, or the circuit open
-// (errors matching core.ErrUnavailable), and for a closed Limiter. A
-// quota an upstream enforces is not one to exceed while Redis is away:
-// give l core.WithLocalFallback to keep calling, each process within its
-// share of the limit, while Redis is down.
+// UnaryClientInterceptor returns a client interceptor that keeps unary
+// calls within an upstream's quota, shared by every process on l's Redis.
+// Each call first waits for a unit with l.Wait(ctx, 1, limit.For(key)); it
+// is never made without one (TestClient). A wait that would outlast the
+// deadline fails at once with codes.ResourceExhausted and a RetryInfo of
+// that wait (TestClientWaitTooLongForDeadline); a context that ends while
+// waiting gives DeadlineExceeded or Canceled; a Limiter that fails (Redis
+// down or slow, the circuit open, closed) gives Unavailable
+// (TestClientRedisTimeout). Give l core.WithLocalFallback to keep calling
+// within each process' share while Redis is down.
 //
 // It panics, at start-up, if l is nil, key is empty or limit is invalid.
 func UnaryClientInterceptor(l *core.Limiter, key string, limit core.Limit) grpc.UnaryClientInterceptor {
@@ -60,7 +49,11 @@ func waitStatus(ctx context.Context, r core.Result, err error) *status.Status {
 	switch {
 	case errors.Is(err, core.ErrWaitExceedsDeadline):
 		// Checked first: a deadline that has passed since Wait gave up
-		// does not make the refusal a timeout.
+		// does not make the refusal a timeout. The RetryInfo holds the
+		// whole wait to the microsecond: whole seconds would hold back a
+		// caller of a 100 per second quota a hundred times too long, and
+		// a caller that retries after it is never early, assuming no
+		// other traffic.
 		st := status.New(codes.ResourceExhausted, "grpclimit: "+err.Error())
 		delay := durationpb.New(max(r.RetryAfter, time.Microsecond))
 		if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: delay}); err == nil {
