@@ -39,13 +39,13 @@ type Config struct {
 	// (or, with httplimit.Config.ServeUnkeyed, the request is served).
 	ErrorHandler func(c echo.Context, err error) error
 
-	// DenyHandler answers the requests that are refused; the rate-limit
-	// headers and Retry-After are set before it runs, and d.Outcome says
-	// why (httplimit.OutcomeDenied, OutcomeFailedClosed, or OutcomeCanceled
-	// when the client left during a LeakyBucket wait).
-	// Optional. Default: nil, d.Status() and d.Body() as JSON, the same
-	// bytes as every redlimit adapter; DenyWithHTTPError hands the refusal
-	// to Echo's HTTPErrorHandler instead.
+	// DenyHandler answers the requests that are refused. The rate-limit
+	// headers and Retry-After are set before it runs, and d.Outcome says why
+	// (httplimit.OutcomeDenied, OutcomeFailedClosed, or OutcomeCanceled when
+	// the client left during a LeakyBucket wait). Optional. Default: nil,
+	// d.Status() and d.Body() as JSON, the same bytes as every redlimit
+	// adapter; DenyWithHTTPError hands the refusal to Echo's
+	// HTTPErrorHandler instead.
 	DenyHandler func(c echo.Context, d httplimit.Decision) error
 }
 
@@ -138,21 +138,20 @@ func New(p *httplimit.Policy) echo.MiddlewareFunc {
 	return WithConfig(Config{Policy: p})
 }
 
-// DenyWithHTTPError is a Config.DenyHandler that returns an
-// *echo.HTTPError with the refusal's status, for the app's
-// HTTPErrorHandler to render and log; the rate-limit headers and
-// Retry-After are already set. It is not the default: the default answer
-// is the same bytes in every redlimit adapter, and a refusal is not an
-// error worth a log line per request under a flood.
+// DenyWithHTTPError is a Config.DenyHandler that returns an *echo.HTTPError
+// with the refusal's status, for the app's HTTPErrorHandler to render and
+// log. The rate-limit headers and Retry-After are already set. It is not the
+// default: the default answer is the same bytes in every redlimit adapter,
+// and a refusal is not an error worth a log line per request under a flood.
 func DenyWithHTTPError(_ echo.Context, d httplimit.Decision) error {
 	return echo.NewHTTPError(d.Status(), http.StatusText(d.Status())).SetInternal(d.Err)
 }
 
-// Check decides the request at cost n under p from inside a handler, for
-// limits that depend on what the request holds (its size, the rows it asks
-// for): it writes the rate-limit headers and, when the request may not go
-// on, the answer (429, ...), and reports whether the handler should go on,
-// with the error of writing the answer.
+// Check decides the request at cost n under p from inside a handler, and
+// reports whether the handler should go on, with the error of writing the
+// answer. It is for limits that depend on what the request holds (its size,
+// the rows it asks for); it writes the rate-limit headers and, when the
+// request may not go on, the answer (429, ...).
 func Check(c echo.Context, p *httplimit.Policy, n int) (bool, error) {
 	q := wrap(c)
 	d := p.DecideN(q, n)

@@ -58,11 +58,11 @@ type realIP struct{ request }
 func (q realIP) RemoteAddr() string { return q.c.RealIP() }
 
 // KeyByRealIP keys requests by Echo's c.RealIP(), grouped like
-// httplimit.KeyByIP (IPv6 by /64), for apps that configured e.IPExtractor
-// (echo.ExtractIPFromXFFHeader with its trust options) behind a reverse
-// proxy. Without an IPExtractor, Echo v5's RealIP is the peer address, as
-// the default key is. Do not use it with echo.LegacyIPExtractor, which
-// believes X-Forwarded-For from anyone.
+// httplimit.KeyByIP (IPv6 by /64). It is for apps that configured
+// e.IPExtractor (echo.ExtractIPFromXFFHeader with its trust options) behind
+// a reverse proxy. Without an IPExtractor, Echo v5's RealIP is the peer
+// address, as the default key is. Do not use it with echo.LegacyIPExtractor,
+// which believes X-Forwarded-For from anyone.
 func KeyByRealIP() httplimit.KeyFunc {
 	byIP, _ := httplimit.KeyByIP(httplimit.ClientIP{}) // the zero ClientIP is always valid
 	return func(r httplimit.Request) (string, error) {

@@ -43,11 +43,11 @@ const (
 	failed                 // Redis failed, and the request is refused
 )
 
-// ShouldRateLimit decides every descriptor of the request together, all
-// or nothing: the request is admitted only if each descriptor's limit
-// admits it, and then counts in every one; refused, it counts in none,
-// except for an overdraft descriptor that refused it, which is charged its
-// hits (docs/envoy.md).
+// ShouldRateLimit decides every descriptor of the request together, all or
+// nothing. The request is admitted only if each descriptor's limit admits
+// it, and then counts in every one; refused, it counts in none, except for
+// an overdraft descriptor that refused it, which is charged its hits
+// (docs/envoy.md).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	resp, items, err := s.plan(req)
 	if err != nil {

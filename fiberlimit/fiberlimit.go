@@ -36,10 +36,10 @@ type Config struct {
 	// Optional. Default: nil (the Policy's Key: the client IP)
 	KeyGenerator func(c *fiber.Ctx) string
 
-	// LimitReached answers the requests that do not proceed; the
-	// rate-limit headers and Retry-After are set before it runs, and
-	// d.Outcome says why (httplimit.OutcomeDenied, OutcomeFailedClosed,
-	// OutcomeNoKey, or OutcomeCanceled).
+	// LimitReached answers the requests that do not proceed. The rate-limit
+	// headers and Retry-After are set before it runs, and d.Outcome says why
+	// (httplimit.OutcomeDenied, OutcomeFailedClosed, OutcomeNoKey, or
+	// OutcomeCanceled).
 	//
 	// Optional. Default: d.Status() and d.Body() as JSON
 	LimitReached func(c *fiber.Ctx, d httplimit.Decision) error
@@ -131,11 +131,11 @@ func status(c *fiber.Ctx, err error) int {
 	return fiber.StatusInternalServerError
 }
 
-// Check decides the request at cost n under p from inside a handler, for
-// limits that depend on what the request holds (its size, the rows it asks
-// for): it writes the rate-limit headers and, when the request may not go
-// on, the answer (429, ...), and reports whether the handler should go on,
-// with the error of writing the answer.
+// Check decides the request at cost n under p from inside a handler, and
+// reports whether the handler should go on, with the error of writing the
+// answer. It is for limits that depend on what the request holds (its size,
+// the rows it asks for); it writes the rate-limit headers and, when the
+// request may not go on, the answer (429, ...).
 func Check(c *fiber.Ctx, p *httplimit.Policy, n int) (bool, error) {
 	d := p.DecideN(request{c}, n)
 	return (&Config{}).answer(c, &d)

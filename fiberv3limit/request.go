@@ -73,10 +73,11 @@ type fiberIP struct{ *request }
 
 func (q fiberIP) RemoteAddr() string { return q.c.IP() }
 
-// KeyByFiberIP keys requests by Fiber's c.IP(), grouped like httplimit.KeyByIP
-// (IPv6 by /64), for apps that set Fiber's ProxyHeader with TrustProxy and
-// TrustProxyConfig: Fiber then reads the header only from those proxies.
-// The default key, the peer address, does not depend on Fiber's settings.
+// KeyByFiberIP keys requests by Fiber's c.IP(), grouped like
+// httplimit.KeyByIP (IPv6 by /64). It is for apps that set Fiber's
+// ProxyHeader with TrustProxy and TrustProxyConfig: Fiber then reads the
+// header only from those proxies. The default key, the peer address, does
+// not depend on Fiber's settings.
 func KeyByFiberIP() httplimit.KeyFunc {
 	byIP, _ := httplimit.KeyByIP(httplimit.ClientIP{}) // the zero ClientIP is always valid
 	return func(r httplimit.Request) (string, error) {

@@ -23,17 +23,17 @@ func WithSkip(f func(*gin.Context) bool) Option {
 }
 
 // WithDenyHandler answers the requests that do not proceed, instead of
-// d.Status() and d.Body(); the context is aborted, and the rate-limit
-// headers and Retry-After are set, before it runs. d.Outcome
-// says why (httplimit.OutcomeDenied, OutcomeFailedClosed, OutcomeNoKey, or
+// d.Status() and d.Body(). The context is aborted, and the rate-limit
+// headers and Retry-After are set, before it runs. d.Outcome says why
+// (httplimit.OutcomeDenied, OutcomeFailedClosed, OutcomeNoKey, or
 // OutcomeCanceled when the client left during a LeakyBucket wait).
 func WithDenyHandler(f func(*gin.Context, httplimit.Decision)) Option {
 	return func(c *config) { c.deny = f }
 }
 
-// New returns middleware that limits requests as p says: a request that
-// does not proceed is aborted, and every failure (Redis, a request without
-// a key) is recorded with c.Error for Gin's error middleware. It panics, at
+// New returns middleware that limits requests as p says. A request that does
+// not proceed is aborted, and every failure (Redis, a request without a key)
+// is recorded with c.Error for Gin's error middleware. It panics, at
 // start-up, if p is nil.
 func New(p *httplimit.Policy, opts ...Option) gin.HandlerFunc {
 	if p == nil {
@@ -90,11 +90,11 @@ func (c *config) answer(ctx *gin.Context, d *httplimit.Decision) bool {
 	return false
 }
 
-// Check decides the request at cost n under p from inside a handler, for
-// limits that depend on what the request holds (its size, the rows it asks
-// for): it writes the rate-limit headers and, when the request may not go
-// on, aborts it with the answer (429, ...), and reports whether the handler
-// should go on.
+// Check decides the request at cost n under p from inside a handler, and
+// reports whether the handler should go on. It is for limits that depend on
+// what the request holds (its size, the rows it asks for); it writes the
+// rate-limit headers and, when the request may not go on, aborts it with the
+// answer (429, ...).
 func Check(ctx *gin.Context, p *httplimit.Policy, n int) bool {
 	d := p.DecideN(request{ctx}, n)
 	return (&config{}).answer(ctx, &d)

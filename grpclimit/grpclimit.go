@@ -27,20 +27,20 @@ type config struct {
 }
 
 // WithSkip exempts the calls it reports true for (health checks, internal
-// callers), given the call's context and full method name: they are
-// neither counted nor given rate-limit fields.
+// callers): they are neither counted nor given rate-limit fields. It is
+// given the call's context and full method name.
 func WithSkip(f func(ctx context.Context, fullMethod string) bool) Option {
 	return func(c *config) { c.skip = f }
 }
 
 // WithDenyHandler answers the calls that do not proceed, instead of
-// Status(d): the call ends with the error it returns (a status error, say
-// status.Error, or any error, which gRPC sends as codes.Unknown; nil
-// stands for Status(d), since the handler does not run). The
-// rate-limit fields and retry-after are already the call's trailers when
-// it runs, and d.Outcome says why (httplimit.OutcomeDenied,
-// OutcomeInFlight, OutcomeFailedClosed, OutcomeNoKey, or OutcomeCanceled
-// when the client left during the decision or a LeakyBucket wait).
+// Status(d). The call ends with the error it returns (a status error, say
+// status.Error, or any error, which gRPC sends as codes.Unknown; nil stands
+// for Status(d), since the handler does not run). The rate-limit fields and
+// retry-after are already the call's trailers when it runs, and d.Outcome
+// says why (httplimit.OutcomeDenied, OutcomeInFlight, OutcomeFailedClosed,
+// OutcomeNoKey, or OutcomeCanceled when the client left during the decision
+// or a LeakyBucket wait).
 func WithDenyHandler(f func(ctx context.Context, d httplimit.Decision) error) Option {
 	return func(c *config) { c.deny = f }
 }
@@ -56,11 +56,10 @@ func newConfig(name string, p *httplimit.Policy, opts []Option) *config {
 	return c
 }
 
-// UnaryServerInterceptor returns an interceptor that limits unary calls
-// as p says (grpc.UnaryInterceptor, grpc.ChainUnaryInterceptor): a call
-// that proceeds carries the rate-limit fields as headers, one that does
-// not gets Status(d) and the fields as trailers. It panics, at start-up,
-// if p is nil.
+// UnaryServerInterceptor returns an interceptor that limits unary calls as p
+// says (grpc.UnaryInterceptor, grpc.ChainUnaryInterceptor). A call that
+// proceeds carries the rate-limit fields as headers, one that does not gets
+// Status(d) and the fields as trailers. It panics, at start-up, if p is nil.
 func UnaryServerInterceptor(p *httplimit.Policy, opts ...Option) grpc.UnaryServerInterceptor {
 	c := newConfig("UnaryServerInterceptor", p, opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -77,13 +76,13 @@ func UnaryServerInterceptor(p *httplimit.Policy, opts ...Option) grpc.UnaryServe
 	}
 }
 
-// StreamServerInterceptor returns an interceptor that limits streaming
-// calls as p says (grpc.StreamInterceptor, grpc.ChainStreamInterceptor):
-// one decision per stream, when it opens, whatever it then sends or
-// receives. A stream that proceeds carries the rate-limit fields as
-// headers, one that does not gets Status(d) and the fields as trailers;
-// an InFlight permit (httplimit.Config.InFlight) is held until the
-// handler returns. It panics, at start-up, if p is nil.
+// StreamServerInterceptor returns an interceptor that limits streaming calls
+// as p says, with one decision per stream when it opens. Install it with
+// grpc.StreamInterceptor or grpc.ChainStreamInterceptor; what the stream
+// then sends or receives is not counted. A stream that proceeds carries the
+// rate-limit fields as headers, one that does not gets Status(d) and the
+// fields as trailers; an InFlight permit (httplimit.Config.InFlight) is held
+// until the handler returns. It panics, at start-up, if p is nil.
 func StreamServerInterceptor(p *httplimit.Policy, opts ...Option) grpc.StreamServerInterceptor {
 	c := newConfig("StreamServerInterceptor", p, opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -160,15 +159,15 @@ func (s *serverStream) SendMsg(m any) error {
 	return s.ServerStream.SendMsg(m)
 }
 
-// Status is the status a call that does not proceed under d ends with:
-// codes.ResourceExhausted "rate limit exceeded" when denied (for its rate
-// or its InFlight permit), codes.Unavailable "rate limiter unavailable"
-// when the Limiter failed closed, each with a google.rpc.RetryInfo detail
-// whose retry_delay is the retry-after trailer, d.RetryAfter() whole
-// seconds (rounded up, at least 1, so a client that obeys it is never
-// early); codes.InvalidArgument "missing rate limit key" when the call
-// could not be keyed; codes.Canceled or codes.DeadlineExceeded when its
-// context ended first. It is nil, which is OK, when the call proceeds.
+// Status is the status a call ends with when d does not let it proceed, and
+// nil (OK) when it does. A call denied (for its rate or its InFlight permit)
+// gets codes.ResourceExhausted "rate limit exceeded", and one the Limiter
+// failed closed codes.Unavailable "rate limiter unavailable", each with a
+// google.rpc.RetryInfo whose retry_delay is the retry-after trailer:
+// d.RetryAfter() in whole seconds, rounded up, at least 1. A call that could
+// not be keyed gets codes.InvalidArgument "missing rate limit key"; one
+// whose context ended first, codes.Canceled or codes.DeadlineExceeded
+// (TestStatus).
 func Status(d httplimit.Decision) *status.Status {
 	if d.Proceed() {
 		return nil
@@ -218,13 +217,13 @@ func httpStatus(code codes.Code) int {
 	return http.StatusInternalServerError
 }
 
-// Check decides the call whose handler ctx is at cost n under p, from
-// inside the handler, for limits that depend on what the call holds (the
-// items of a batch, the bytes of an upload): it adds the rate-limit
-// fields to the call's (as headers if they have not been sent yet, else
-// as trailers) and returns nil when the handler should go on, else the
-// error for the handler to return: the decision's Status, with the fields
-// as trailers.
+// Check decides the call whose handler ctx is at cost n under p, from inside
+// the handler. It is for limits that depend on what the call holds (the
+// items of a batch, the bytes of an upload). It adds the rate-limit fields
+// to the call's (as headers if they have not been sent yet, else as
+// trailers) and returns nil when the handler should go on, else the error
+// for the handler to return: the decision's Status, with the fields as
+// trailers.
 func Check(ctx context.Context, p *httplimit.Policy, n int) error {
 	method, _ := grpc.Method(ctx)
 	f, ctx, shared := fieldsOf(ctx, unarySink(ctx))
@@ -247,7 +246,7 @@ func Reset(ctx context.Context, p *httplimit.Policy) error {
 }
 
 // ReportCost tells p what the call whose handler ctx is really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the interceptor
+// httplimit.Config.Settle (see httplimit.ReportCost). The interceptor
 // settles it when the handler returns. It reports false when p does not
 // settle or did not take units for this call.
 func ReportCost(ctx context.Context, p *httplimit.Policy, units int) bool {

@@ -48,23 +48,22 @@ func (q *request) Route() string { return q.method }
 
 // KeyByMethod keys calls by their full method name
 // ("/package.Service/Method"), so each method has one limit shared by all
-// clients; httplimit.KeyJoin it with a client key for one limit per
-// client per method. It is httplimit.KeyByRoute, since a call's route is
-// its method. The client names the method but cannot vary it beyond those
-// the server registers: grpc-go answers an unknown one Unimplemented
-// before any interceptor runs, unless the server has a
-// grpc.UnknownServiceHandler, which lets every invented name through (key
-// by the client as well there).
+// clients. httplimit.KeyJoin it with a client key for one limit per client
+// per method. It is httplimit.KeyByRoute, since a call's route is its
+// method. The client names the method but cannot vary it beyond those the
+// server registers: grpc-go answers an unknown one Unimplemented before any
+// interceptor runs, unless the server has a grpc.UnknownServiceHandler,
+// which lets every invented name through (key by the client as well there).
 func KeyByMethod() httplimit.KeyFunc { return httplimit.KeyByRoute() }
 
 // KeyByMetadata keys calls by the value of an incoming metadata entry (an
-// API key, a tenant), as httplimit.KeyByHeader keys HTTP requests by a
-// header: its first value, without leading or trailing spaces and tabs. A
-// call without it cannot be keyed by this function, and is refused with
-// codes.InvalidArgument unless another key function takes over
-// (httplimit.KeyFirst(grpclimit.KeyByMetadata("x-api-key"), byIP)). The
-// key is the one httplimit.KeyByHeader(name) gives an HTTP request, so an
-// API served over both, under one Policy name, has one limit per value.
+// API key, a tenant). It takes the entry's first value, without leading or
+// trailing spaces and tabs. A call without it cannot be keyed by this
+// function, and is refused with codes.InvalidArgument unless another key
+// function takes over
+// (httplimit.KeyFirst(grpclimit.KeyByMetadata("x-api-key"), byIP)). The key
+// is the one httplimit.KeyByHeader(name) gives an HTTP request, so an API
+// served over both, under one Policy name, has one limit per value.
 //
 // The value is whatever the client sends: verify it before the limiter
 // runs (authenticate the API key in an earlier interceptor), or a client

@@ -21,10 +21,10 @@ func WithSkip(f func(*http.Request) bool) Option {
 }
 
 // WithDenyHandler answers the requests that do not proceed, instead of
-// d.Status() and d.Body(); the rate-limit headers and Retry-After are
-// already set when it runs, and d.Outcome says why
-// (httplimit.OutcomeDenied, OutcomeFailedClosed, OutcomeNoKey, or
-// OutcomeCanceled when the client left during a LeakyBucket wait).
+// d.Status() and d.Body(). The rate-limit headers and Retry-After are
+// already set when it runs, and d.Outcome says why (httplimit.OutcomeDenied,
+// OutcomeFailedClosed, OutcomeNoKey, or OutcomeCanceled when the client left
+// during a LeakyBucket wait).
 func WithDenyHandler(f func(http.ResponseWriter, *http.Request, httplimit.Decision)) Option {
 	return func(c *config) { c.deny = f }
 }
@@ -87,10 +87,10 @@ func (c *config) answer(w http.ResponseWriter, r *http.Request, d *httplimit.Dec
 	return false
 }
 
-// Check decides r at cost n under p from inside a handler, for limits that
-// depend on what the request holds (its size, the rows it asks for): it
-// writes the rate-limit headers and, when the request may not go on, the
-// answer (429, ...), and reports whether the handler should go on.
+// Check decides r at cost n under p from inside a handler, and reports
+// whether the handler should go on. It is for limits that depend on what the
+// request holds (its size, the rows it asks for); it writes the rate-limit
+// headers and, when the request may not go on, the answer (429, ...).
 func Check(w http.ResponseWriter, r *http.Request, p *httplimit.Policy, n int) bool {
 	d := p.DecideN(request{r}, n)
 	return (&config{}).answer(w, r, &d)

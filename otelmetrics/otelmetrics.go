@@ -72,7 +72,7 @@ func WithBuckets(b []float64) Option {
 }
 
 // WithLimiter records the decisions made on l outside any Policy (see
-// core.Limiter.Observe), for l's life, and observes the health of its
+// core.Limiter.Observe), for l's life. It also observes the health of l's
 // Redis (core.Limiter.Health), which asks Redis nothing. Default: none.
 func WithLimiter(l *core.Limiter) Option {
 	return func(c *config) { c.limiter = l }

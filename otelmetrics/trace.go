@@ -39,24 +39,26 @@ const (
 )
 
 // WithTracerProvider records each decision as a span of its own,
-// "redlimit.decide", made by a tracer of tp: a child of the request's span
-// (httplimit.Decision.Context), from when the decision started to when the
-// Observer is told, after any LeakyBucket wait. Its attributes (the
-// policy, algorithm, outcome, which limit refused, whether it failed open,
-// was cached, leased or decided by the fallback, its latency and wait) are
-// listed in docs/operations.md ("Traces"); a failed decision has the
-// status Error. Mount the tracing middleware outside the limiter's. The
-// last of WithTracerProvider and WithRequestSpan wins. Default: no spans.
+// "redlimit.decide", made by a tracer of tp. The span is a child of the
+// request's span (httplimit.Decision.Context), from when the decision
+// started to when the Observer is told, after any LeakyBucket wait. Its
+// attributes (the policy, algorithm, outcome, which limit refused, whether
+// it failed open, was cached, leased or decided by the fallback, its latency
+// and wait) are listed in docs/operations.md ("Traces"); a failed decision
+// has the status Error. Mount the tracing middleware outside the limiter's.
+// The last of WithTracerProvider and WithRequestSpan wins. Default: no
+// spans.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tracerProvider, c.requestSpan = tp, false }
 }
 
-// WithRequestSpan records each decision as the attributes WithTracerProvider
-// lists on the request's own span (trace.SpanFromContext of
-// httplimit.Decision.Context), as a tracing middleware such as otelhttp
-// makes, and makes no span: a decision then costs a trace nothing but its
-// attributes. A request without a recording span gets nothing. The last of
-// WithTracerProvider and WithRequestSpan wins. Default: no attributes.
+// WithRequestSpan records each decision as attributes of the request's own
+// span, and makes no span of its own. The attributes are those
+// WithTracerProvider lists; the span is trace.SpanFromContext of
+// httplimit.Decision.Context, as a tracing middleware such as otelhttp makes
+// it: a decision then costs a trace nothing but its attributes. A request
+// without a recording span gets nothing. The last of WithTracerProvider and
+// WithRequestSpan wins. Default: no attributes.
 func WithRequestSpan() Option {
 	return func(c *config) { c.tracerProvider, c.requestSpan = nil, true }
 }

@@ -71,9 +71,9 @@ func WithConstLabels(l prometheus.Labels) Option {
 }
 
 // WithLimiter counts the decisions made on l outside any Policy (see
-// core.Limiter.Observe), for l's life, and exports the health of its
-// Redis (core.Limiter.Health), which reading asks Redis nothing of.
-// Default: none.
+// core.Limiter.Observe), for l's life. It also exports the health of l's
+// Redis (core.Limiter.Health), which reading asks Redis nothing of. Default:
+// none.
 func WithLimiter(l *core.Limiter) Option {
 	return func(c *config) { c.limiter = l }
 }

@@ -99,9 +99,9 @@ func (r *Redis) Advance(d time.Duration) {
 	r.mr.FastForward(d)
 }
 
-// Down makes every command fail, as an unreachable Redis would (with the
-// error a replica without its master answers), until Up:
-// the application's fail policy then decides (httplimit.FailOpen serves,
+// Down makes every command fail, as an unreachable Redis would, until Up.
+// The error is the one a replica without its master answers; the
+// application's fail policy then decides (httplimit.FailOpen serves,
 // FailClosed answers 503).
 func (r *Redis) Down() { r.mr.SetError("MASTERDOWN redlimittest: Redis is down") }
 
