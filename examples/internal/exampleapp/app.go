@@ -101,47 +101,6 @@ func (a *App) Close() {
 	}
 }
 
-// poolSize bounds the connections to each Redis node; they are opened as
-// concurrency needs them.
-const poolSize = 128
-
-// RedisOptions are the go-redis options for -redis (its URL's address,
-// credentials, database and TLS), -redis-cluster (a ClusterClient, even for
-// a single seed), or the embedded miniredis. Dials, reads and writes take
-// at most -timeout, and nothing is retried within a request (MaxRetries -1,
-// DialerRetries 1): a retried script could count a request twice, a refused
-// connection costs next to nothing, and the fail policy is there for
-// failures. The pool is larger than go-redis' default (10 per CPU), so that
-// a burst of concurrent requests waits for Redis rather than for a
-// connection, which would fail them.
-func (a *App) RedisOptions() *redis.UniversalOptions {
-	t := a.Config.Timeout
-	o := &redis.UniversalOptions{
-		DialTimeout:   t,
-		ReadTimeout:   t,
-		WriteTimeout:  t,
-		PoolTimeout:   t,
-		PoolSize:      poolSize,
-		DialerRetries: 1,
-		MaxRetries:    -1,
-	}
-	switch {
-	case a.Config.RedisURL != "":
-		u, _ := redis.ParseURL(a.Config.RedisURL) // ParseConfig checked it
-		o.Addrs = []string{u.Addr}
-		o.Username, o.Password, o.DB = u.Username, u.Password, u.DB
-		o.TLSConfig, o.Protocol, o.ClientName = u.TLSConfig, u.Protocol, u.ClientName
-	case a.Config.RedisCluster != nil:
-		o.Addrs = a.Config.RedisCluster
-		// redis.NewUniversalClient makes a single-node client for one
-		// address, unless told it is a Cluster.
-		o.IsClusterMode = true
-	default:
-		o.Addrs = []string{a.mini.Addr()}
-	}
-	return o
-}
-
 // quietRedis routes go-redis' own log lines (one per failed dial) to our
 // log at debug level, hidden by default: the Limiter logs failures once per
 // change of state. The go-redis logger is process-wide.

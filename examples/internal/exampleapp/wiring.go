@@ -15,8 +15,9 @@ import (
 )
 
 // wire is the redlimit wiring every framework shares, what an app of yours
-// would copy: one Redis client, one Limiter and one Policy for the whole
-// process, and with -metrics the collector the Policy reports to.
+// would copy: one Redis client (its options are RedisOptions'), one Limiter
+// and one Policy for the whole process, and with -metrics the collector the
+// Policy reports to.
 func (a *App) wire(ctx context.Context) error {
 	cfg := a.Config
 	// With ContextTimeoutEnabled, go-redis stops at a context's deadline
@@ -58,6 +59,47 @@ func (a *App) wire(ctx context.Context) error {
 		Settle:        true, // handlers may report what a request really cost (GET /spend)
 	})
 	return err
+}
+
+// poolSize bounds the connections to each Redis node; they are opened as
+// concurrency needs them.
+const poolSize = 128
+
+// RedisOptions are the go-redis options for -redis (its URL's address,
+// credentials, database and TLS), -redis-cluster (a ClusterClient, even for
+// a single seed), or the embedded miniredis. Dials, reads and writes take
+// at most -timeout, and nothing is retried within a request (MaxRetries -1,
+// DialerRetries 1): a retried script could count a request twice, a refused
+// connection costs next to nothing, and the fail policy is there for
+// failures. The pool is larger than go-redis' default (10 per CPU), so that
+// a burst of concurrent requests waits for Redis rather than for a
+// connection, which would fail them.
+func (a *App) RedisOptions() *redis.UniversalOptions {
+	t := a.Config.Timeout
+	o := &redis.UniversalOptions{
+		DialTimeout:   t,
+		ReadTimeout:   t,
+		WriteTimeout:  t,
+		PoolTimeout:   t,
+		PoolSize:      poolSize,
+		DialerRetries: 1,
+		MaxRetries:    -1,
+	}
+	switch {
+	case a.Config.RedisURL != "":
+		u, _ := redis.ParseURL(a.Config.RedisURL) // ParseConfig checked it
+		o.Addrs = []string{u.Addr}
+		o.Username, o.Password, o.DB = u.Username, u.Password, u.DB
+		o.TLSConfig, o.Protocol, o.ClientName = u.TLSConfig, u.Protocol, u.ClientName
+	case a.Config.RedisCluster != nil:
+		o.Addrs = a.Config.RedisCluster
+		// redis.NewUniversalClient makes a single-node client for one
+		// address, unless told it is a Cluster.
+		o.IsClusterMode = true
+	default:
+		o.Addrs = []string{a.mini.Addr()}
+	}
+	return o
 }
 
 // metrics is what -metrics adds: the collector the Policy reports every
