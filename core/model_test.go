@@ -38,10 +38,13 @@ import (
 //   - Waits (RetryAfter, ResetAfter, Delay) are measured from the clock c,
 //     so after a clock step back they include the step.
 //   - A denied request and a Peek take nothing.
-//   - A refund gives back no more than the limit would hold had the units
-//     never been taken: windows count units out only of the window they
-//     were taken in, buckets only what they have not refilled (drained)
-//     since, the log only while the units' entry is in the window.
+//   - A refund leaves the state the limit would hold had the units never
+//     been taken: windows count units out only of the window they were
+//     taken in, the log only while the units' entry is in the window;
+//     buckets hold their level plus the units, capped at capacity (the
+//     queue its level minus them, floored at empty), which is exact at
+//     any time after the take because refill and drain are linear and
+//     capped.
 //   - Every write sets the key's TTL to ResetAfter rounded up to whole ms
 //     (at least 1 ms): the state matters exactly until the quota is whole.
 //     A call that writes nothing lengthens the TTL when it is more than
@@ -337,14 +340,13 @@ func (b *refTokenBucket) commit(now, n int64) {
 	tokens, t := b.at(now)
 	b.set(tokens-n*b.p.period, t)
 }
-func (b *refTokenBucket) refund(_, now, n, stamp int64) bool {
+func (b *refTokenBucket) refund(_, now, n, _ int64) bool {
 	tokens, t := b.at(now)
-	give := n*b.p.period - ceilDiv(max(0, now-stamp), b.p.tick)*b.p.rate
 	full := b.p.capacity * b.p.period
-	if give <= 0 || tokens >= full {
+	if tokens >= full {
 		return false
 	}
-	b.set(min(full, tokens+give), t)
+	b.set(min(full, tokens+n*b.p.period), t)
 	return true
 }
 func (b *refTokenBucket) charge(_, now, n int64) bool {
@@ -408,13 +410,15 @@ func (b *refLeakyBucket) commit(now, n int64) {
 	q, t := b.at(now)
 	b.set(q+n*b.p.period, t)
 }
-func (b *refLeakyBucket) refund(_, now, n, stamp int64) bool {
+func (b *refLeakyBucket) refund(clock, now, n, _ int64) bool {
 	q, t := b.at(now)
-	give := n*b.p.period - ceilDiv(max(0, now-stamp), b.p.tick)*b.p.rate
-	if give <= 0 || q == 0 {
+	if q == 0 {
 		return false
 	}
-	b.set(max(0, q-give), t)
+	if q -= n * b.p.period; q <= 0 {
+		q, t = 0, clock // an empty queue starts at the clock, as a new one
+	}
+	b.set(q, t)
 	return true
 }
 func (b *refLeakyBucket) charge(_, now, n int64) bool {
@@ -763,12 +767,13 @@ func TestModelSelfCheck(t *testing.T) {
 			{0, 1, modeConsume, 0, refResult{remaining: 0, retry: 333334, reset: s}},
 			{333333, 1, modeConsume, 0, refResult{remaining: 0, retry: 1, reset: s - 333333}},
 			{333334, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
-			// Two units taken 333334µs ago: one has refilled since.
-			{333334, 2, modeRefund, 0, refResult{remaining: 1, reset: 666667}},
-			{333334, 5, modeAtMost, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
+			// Two units taken 333334µs ago: both come back, as the bucket,
+			// empty now, would hold them had they never been taken.
+			{333334, 2, modeRefund, 0, refResult{remaining: 2, reset: 333333}},
+			{333334, 5, modeAtMost, 0, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
 			// A debt of 3: the next unit comes after 4 thirds of a second.
 			{333334, 3, modeCharge, 0, refResult{remaining: 0, reset: 2 * s}},
-			{333334, 1, modeConsume, 0, refResult{remaining: 0, retry: s + 333334, reset: 2 * s}},
+			{333334, 1, modeConsume, 0, refResult{remaining: 0, retry: s + 333333, reset: 2 * s}},
 		}},
 		{"leaky bucket 10/s burst 3", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 3}, []call{
 			{0, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 2, reset: s / 10}},

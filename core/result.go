@@ -19,9 +19,10 @@ import (
 //
 // A Result that took units is also the receipt Refund and Settle take: it
 // records the Redis instant the units were taken at (the window, for a
-// FixedWindow; the permit a Concurrency request holds), so a late refund gives back only what the
-// limit would still hold had they never been taken, and the state it took
-// them from (key, Algorithm, layer), so a refund on another is refused.
+// FixedWindow; the permit a Concurrency request holds), so a late refund
+// leaves what the limit would hold had they never been taken, and the
+// state it took them from (key, Algorithm, layer), so a refund on another
+// is refused.
 // Refund or settle it once (see Limiter.Refund).
 type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For

@@ -83,14 +83,10 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 
 // Refund gives back what taken (the Result of a call that admitted a
 // request under rules) took but did not use: the request failed, or should
-// not count. A refund never makes room the limit would not have had if the
-// units had never been taken: the windows count units out only from the
-// window they were taken in (a refund after that window ended, or under
-// another Period, gives nothing back; a FixedWindow over a Period tells
-// its windows apart by their number modulo 131071, so a receipt kept
-// that many windows, 36 hours of 1-second windows or 131 seconds of
-// 1-millisecond ones, could give back into a later one), and the buckets give back only what they have not
-// refilled since (nothing once they would be full anyway). For
+// not count. A refund leaves the state the key would have had if the
+// units had never been taken (TestGiveBackRestoresSweep): a bucket holds
+// its level plus the units, capped at its capacity; a window counts them
+// out only of the window they were taken in (see docs/limits.md). For
 // Concurrency, Refund gives the permit back. Zero a Rule's Result in
 // taken.Rules to leave that Rule alone.
 //

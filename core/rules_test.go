@@ -419,15 +419,17 @@ func TestRulesCluster(t *testing.T) {
 		t.Errorf("{org:7} has %d left, want 97: the refused request counted", got)
 	}
 
-	// Different slots, concurrently: 8 users of 10 each under a global 40.
-	// Fixed windows, whose refunds are exact within a window, so that a
-	// unit kept by a refused request shows; a bucket's refund gives back
-	// only what it did not refill meanwhile (see Refund).
+	// Different slots, concurrently: 8 users of 10 each under a global 40,
+	// each user under another rate algorithm in turn. Every earlier slot's
+	// state must equal its admissions exactly: a give-back restores what
+	// the key would hold had the take never happened (a bucket lost most
+	// of a unit per refusal before, the refill of the round trip).
 	global := PerHour(40).For("global")
-	userLimit := with(PerHour(10), FixedWindow)
 	users := make([]string, 8)
+	userLimits := map[string]Limit{}
 	for i := range users {
 		users[i] = fmt.Sprintf("user:%d", i)
+		userLimits[users[i]] = with(PerHour(10), []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingWindowCounter}[i%5])
 	}
 	var mu sync.Mutex
 	admitted := map[string]int{}
@@ -438,7 +440,7 @@ func TestRulesCluster(t *testing.T) {
 			defer wg.Done()
 			for i := range 30 {
 				u := users[(g+i)%len(users)]
-				res, err := l.Allow(ctx, 1, userLimit.For(u), global)
+				res, err := l.Allow(ctx, 1, userLimits[u].For(u), global)
 				if err != nil {
 					t.Error(err)
 					return
@@ -463,7 +465,7 @@ func TestRulesCluster(t *testing.T) {
 		if admitted[u] > 10 {
 			t.Errorf("%s admitted %d, over its 10", u, admitted[u])
 		}
-		if got := remaining(t, l, userLimit, u); got != 10-admitted[u] {
+		if got := remaining(t, l, userLimits[u], u); got != 10-admitted[u] {
 			t.Errorf("%s has %d left after %d admitted: a refused request kept a unit", u, got, admitted[u])
 		}
 	}

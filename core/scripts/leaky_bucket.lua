@@ -50,9 +50,14 @@ end
 function lb.decide(st, p, n, mode, stamp)
   local queued = st.queued
   if mode == REFUND then
-    -- As for the token bucket: units taken long ago have drained anyway.
-    local give = n * p.period - ceil(max(0, st.now - stamp) / p.tick) * p.rate
-    if give > 0 then queued = max(0, queued - give) end
+    -- As for the token bucket: the queue without these units, drained
+    -- linearly and never below empty, is max(0, queued - n). An empty
+    -- queue's time is Redis' clock, as a new state's is: a time ahead of
+    -- it (a clock step back) would hold back max_delay's room for nothing.
+    if queued > 0 then
+      queued = max(0, queued - n * p.period)
+      if queued == 0 then st.t = clock end
+    end
   elseif mode == CHARGE then
     -- (Compared first, as the token bucket does.)
     local most = p.full + p.debt

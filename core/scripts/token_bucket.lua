@@ -76,11 +76,10 @@ function tb.decide(st, p, n, mode, stamp)
     if tokens >= cost then granted = n end
   elseif mode == REFUND then
     -- Had these units never been taken, the bucket would hold them now
-    -- only as far as it has not refilled them since: each tick since the
-    -- take is worth rate of them. So a late refund gives back less, and
-    -- one after the bucket would have refilled anyway gives back nothing.
-    local give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate
-    if give > 0 then tokens = min(full, tokens + give) end
+    -- on top of what it holds, up to full: refill is linear and capped,
+    -- so min(full, tokens + cost) is that level at any time after the
+    -- take (a bucket full since then has nothing to give back).
+    if tokens < full then tokens = min(full, tokens + cost) end
   elseif mode == CHARGE then
     -- (Compared first: under several layers, n may be more than this
     -- bucket's deepest debt, and cost then more than 2^53.)
