@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,9 +144,9 @@ func (b *batcher) decide(ctx context.Context, l *Limiter, rq *request, id groupI
 	case <-ctx.Done():
 	case <-caller(ctx).Done():
 	}
-	// Redis may still decide a request already taken into a call: one
-	// that gave up may be counted (limits err on the strict side), never
-	// admitted. One still queued is skipped.
+	// A request already taken into a call may still be decided: the call
+	// gives back what it took for a caller that left (see giveBackLeft).
+	// One still queued is skipped.
 	if c.state.CompareAndSwap(pendingQueued, pendingLeft) || c.state.CompareAndSwap(pendingInCall, pendingLeft) {
 		return l.wrap(ctx, ended(ctx))
 	}
@@ -215,8 +216,38 @@ func (b *batcher) drain(l *Limiter, g *batchGroup) {
 			if c.state.CompareAndSwap(pendingInCall, pendingAnswered) {
 				c.done <- struct{}{}
 			} else {
-				recycle(c) // its caller left
+				l.giveBackLeft(c) // its caller left, told it was not admitted
+				recycle(c)
 			}
+		}
+	}
+}
+
+// giveBackLeft refunds what c's call took for a caller that left while
+// the call ran, as if it had never been taken: its caller was told it was
+// not admitted (TestBatchLeftCallerGivenBack). A refund that fails leaves
+// the units taken, on the strict side.
+func (l *Limiter) giveBackLeft(c *pending) {
+	if c.err != nil || (c.rq.mode != modeConsume && c.rq.mode != modeAtMost) {
+		return
+	}
+	rq := c.rq
+	rq.mode, rq.n, rq.taken = modeRefund, 0, c.res[0].stamp
+	for j, ly := range rq.pl.layers {
+		if c.res[j].Granted <= 0 {
+			return // refused: nothing taken
+		}
+		if rq.n == 0 && !ly.row.ids {
+			rq.n = c.res[j].Granted // the rate layers' units; a permit is 1
+		}
+	}
+	rq.n = max(rq.n, 1)
+	ctx, cancel := l.bound(context.Background())
+	defer cancel()
+	var out [maxRules]Result
+	if err := l.runOne(ctx, &rq, c.keys[:c.nkeys], out[:len(rq.pl.layers)]); err != nil {
+		if log := l.log(); log != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "redlimit: the units of a caller that left during its call were not given back", slog.Any("error", err))
 		}
 	}
 }

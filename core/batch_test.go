@@ -480,3 +480,101 @@ func TestPlansConverge(t *testing.T) {
 		}
 	}
 }
+
+// callGate holds every script call while on: it reports the call on entered
+// and lets it run when release is signalled.
+type callGate struct {
+	on      atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *callGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *callGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.Name() {
+		case "evalsha", "eval", "fcall":
+			if g.on.Load() {
+				g.entered <- struct{}{}
+				<-g.release
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (g *callGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestBatchLeftCallerGivenBack backs "a caller is never told it was not
+// admitted for units Redis took" (docs/operations.md): a caller whose
+// context ends after its request joined a batch's call gets its context's
+// error, and the units the call took for it are given back, under every
+// rate algorithm and a permit. Before, they stayed taken (Remaining 8
+// after one admission of 10, instead of 9).
+func TestBatchLeftCallerGivenBack(t *testing.T) {
+	for _, lim := range []Limit{PerHour(10), with(PerHour(10), LeakyBucket), with(PerHour(10), FixedWindow),
+		with(PerHour(10), SlidingWindow), with(PerHour(10), SlidingWindowCounter), InFlight(10)} {
+		t.Run(lim.Algorithm.String(), func(t *testing.T) {
+			_, rdb := redistest.Mini(t)
+			g := &callGate{entered: make(chan struct{}), release: make(chan struct{})}
+			rdb.AddHook(g)
+			l := oneInFlight(opsNew(t, rdb, opsPatient))
+			bg := context.Background()
+			rule := lim.For("k")
+			if _, err := l.Peek(bg, rule); err != nil { // loads the scripts
+				t.Fatal(err)
+			}
+			g.on.Store(true)
+			first := make(chan error, 1)
+			go func() { _, err := l.Allow(bg, 1, rule); first <- err }()
+			<-g.entered // the first caller's call, held
+			ctx, cancel := context.WithCancel(bg)
+			left := make(chan error, 1)
+			go func() {
+				r, err := l.Allow(ctx, 1, rule)
+				if err == nil && r.Allowed {
+					err = errors.New("admitted")
+				}
+				left <- err
+			}()
+			waitFor(t, "the second caller queued", func() bool { return queuedCalls(l) == 1 })
+			g.release <- struct{}{} // the first call runs; the batch takes the second
+			<-g.entered
+			cancel()
+			if err := <-left; !errors.Is(err, context.Canceled) {
+				t.Fatalf("the caller that left: %v, want context.Canceled", err)
+			}
+			g.on.Store(false)
+			g.release <- struct{}{} // the batch's call runs, and takes its unit
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the left caller's unit given back", func() bool {
+				r, err := l.Peek(bg, rule)
+				return err == nil && r.Remaining == 9
+			})
+		})
+	}
+}
+
+// queuedCalls is how many decisions wait in l's batch queues.
+func queuedCalls(l *Limiter) int {
+	l.batch.mu.Lock()
+	defer l.batch.mu.Unlock()
+	n := 0
+	for _, g := range l.batch.groups {
+		n += len(g.queue)
+	}
+	return n
+}
+
+// waitFor waits up to 5 s for cond, and fails the test naming what.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 5s for %s", what)
+		}
+	}
+}
