@@ -256,7 +256,7 @@ func permitsState(ctx context.Context, rdb redis.Cmdable, key string, now int64)
 	at := strconv.FormatInt(now, 10)
 	pipe := rdb.Pipeline()
 	live := pipe.ZCount(ctx, key, "("+at, "+inf")
-	lapsed := pipe.ZCount(ctx, key, "-inf", at)
+	lapsed := pipe.ZCount(ctx, key, "0", at) // (given back: below 0)
 	next := pipe.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: "(" + at, Max: "+inf", Count: 1})
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, err

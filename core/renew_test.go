@@ -2,8 +2,11 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/internal/redistest"
 )
@@ -130,5 +133,66 @@ func TestResetKeepsPermitsInFlight(t *testing.T) {
 	}
 	if third, err := l.Allow(ctx, 1, layers...); err != nil || !third.Rules[1].Allowed {
 		t.Fatalf("a take once the first gave its permit back: %+v, %v; want admitted", third, err)
+	}
+}
+
+// TestRenewAfterReleaseTakesNothing backs "a release wins over any renewal
+// sent before it, whenever the renewal arrives" (scripts/concurrency.lua):
+// a renewal held back until its permit was given back (as Redis runs it
+// after a stall) keeps nothing, and the key is free, under one Limit and
+// beside a rate Rule, on miniredis and a real Redis. Before, the late
+// renewal took the permit again, and the key refused everyone for a lease
+// (a ghost permit, issue 34).
+func TestRenewAfterReleaseTakesNothing(t *testing.T) {
+	jobs := Limit{Algorithm: Concurrency, Rate: 1, Period: 2 * time.Second}
+	for _, server := range []string{"mini", "real"} {
+		for _, c := range []struct {
+			name  string
+			rules []Rule
+		}{
+			{"one Limit", []Rule{jobs.For("k")}},
+			{"layers", opsRules("k", []Limit{PerMinute(100), jobs})},
+		} {
+			t.Run(server+"/"+c.name, func(t *testing.T) {
+				var rdb *redis.Client
+				if server == "mini" {
+					_, rdb = redistest.Mini(t)
+				} else {
+					rdb = redis.NewClient(redistest.Real(t).Options())
+					t.Cleanup(func() { _ = rdb.Close() })
+				}
+				prefix := fmt.Sprintf("ghost%d", time.Now().UnixNano())
+				t.Cleanup(func() { dropPrefix(t, rdb, prefix) })
+				g := &callGate{entered: make(chan struct{}), release: make(chan struct{})}
+				rdb.AddHook(g)
+				l := opsNew(t, rdb, WithPrefix(prefix), opsPatient)
+				ctx := context.Background()
+				taken, err := l.Allow(ctx, 1, c.rules...)
+				if err != nil || !taken.Allowed {
+					t.Fatalf("the take: %+v, %v", taken, err)
+				}
+				g.on.Store(true)
+				renewed := make(chan Result, 1)
+				go func() {
+					r, err := l.Renew(ctx, taken, c.rules...)
+					if err != nil {
+						t.Error(err)
+					}
+					renewed <- r
+				}()
+				<-g.entered // the renewal, held before Redis sees it
+				g.on.Store(false)
+				if err := l.Refund(ctx, taken, c.rules...); err != nil {
+					t.Fatal(err)
+				}
+				g.release <- struct{}{}
+				if r := <-renewed; permitOf(r).Allowed {
+					t.Errorf("the renewal after the release: %+v, want the permit not kept", r)
+				}
+				if r, err := l.Allow(ctx, 1, c.rules...); err != nil || !r.Allowed {
+					t.Errorf("a new request after the release and the late renewal: %+v, %v; want admitted (a ghost permit holds the key)", r, err)
+				}
+			})
+		}
 	}
 }

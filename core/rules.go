@@ -177,7 +177,9 @@ func correction(granted, used int) (n, mode int, err error) {
 // a new request would take it. Allowed reports that taken's request holds
 // its permits for another Period; false means a permit had lapsed and its
 // key is full: the request holds none there, and nothing counts it, so its
-// caller should stop it (httplimit cancels its context).
+// caller should stop it (httplimit cancels its context). A renewal that
+// reaches Redis after its permit was given back, within a Period of the
+// release, keeps nothing (TestRenewAfterReleaseTakesNothing).
 func (l *Limiter) Renew(ctx context.Context, taken Result, rules ...Rule) (res Result, err error) {
 	defer l.observed(ctx, verbRenew, rules, l.observing(), &res, &err)
 	if len(rules) != 1 || taken.Rules != nil {

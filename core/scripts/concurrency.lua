@@ -8,8 +8,16 @@
 -- never shrinks the limit for longer than period.
 --
 -- State    one sorted set: member a permit's id (chosen by the client,
---          unique), score the µs at which it lapses. The key's TTL is that
---          of its latest permit.
+--          unique), score the µs at which it lapses; or, for a permit
+--          given back, minus the µs its tombstone lapses, a period after
+--          the release. The key's TTL is that of its latest permit or
+--          tombstone.
+--
+-- A tombstone makes a release win over a renewal sent before it (a
+-- renewal Redis runs late, after a stall): RENEW never takes again a
+-- permit its holder gave back, so no request that has ended holds one.
+-- httplimit sends a renewal with a timeout of half a lease, so one that
+-- reaches Redis runs within a period of the release.
 -- Limit    params (see limit in the prelude): period µs (a permit's life without renewal), rate permits
 --
 -- Every request names its permit (the driver passes the id). Work per call
@@ -26,9 +34,11 @@ end
 
 function cc.load(keys, k, vals, p)
   local key = keys[k]
-  local gone = call('ZRANGEBYSCORE', key, '-inf', fmt('%d', clock), 'LIMIT', 0, 2)
+  -- (Lapsed permits, scored in [0, clock], and lapsed tombstones, in
+  -- [-clock, 0), in one range.)
+  local gone = call('ZRANGEBYSCORE', key, fmt('%d', -clock), fmt('%d', clock), 'LIMIT', 0, 3)
   if #gone > 0 then call('ZREM', key, unpack(gone)) end
-  local st = {key = key, live = call('ZCOUNT', key, fmt('(%d', clock), '+inf'), last = 0}
+  local st = {key = key, live = call('ZCOUNT', key, fmt('(%d', clock), '+inf'), last = 0, tomb = 0}
   if st.live > 0 then st.last = tonumber(call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]) end
   return st
 end
@@ -39,15 +49,21 @@ function cc.decide(st, p, n, mode, stamp, id)
   n = 1
   local granted = 0
   if mode == REFUND then
-    if call('ZREM', st.key, id) == 1 then st.live = st.live - 1 end
+    local score = call('ZSCORE', st.key, id)
+    if score and tonumber(score) > clock then st.live = st.live - 1 end
+    st.tomb, st.dirty = clock + p.period, true
+    call('ZADD', st.key, fmt('%d', -st.tomb), id)
   elseif mode == RENEW then
     -- A permit that lapsed (its renewal came late: Redis or the link was
     -- down) is taken again if there is room, as a fresh take would be;
     -- otherwise its holder learns that it holds none (granted 0), and
     -- nothing counts it.
     local score = call('ZSCORE', st.key, id)
-    local held = score and tonumber(score) > clock
-    if held or st.live + 1 <= p.rate then
+    score = score and tonumber(score)
+    local held = score and score > clock
+    if score and score < 0 then
+      -- given back: a renewal that comes after the release keeps nothing
+    elseif held or st.live + 1 <= p.rate then
       call('ZADD', st.key, fmt('%d', clock + p.period), id)
       st.last, st.dirty = max(st.last, clock + p.period), true
       if not held then st.live = st.live + 1 end
@@ -74,7 +90,7 @@ function cc.decide(st, p, n, mode, stamp, id)
 end
 
 function cc.save(st, p, reset, nonpeek)
-  if st.dirty then call('PEXPIRE', st.key, fmt('%d', max(1, ceil((st.last - clock) / 1000)))) end
+  if st.dirty then call('PEXPIRE', st.key, fmt('%d', max(1, ceil((max(st.last, st.tomb) - clock) / 1000)))) end
 end
 
 algorithms[6] = cc
