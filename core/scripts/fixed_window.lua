@@ -127,9 +127,18 @@ function fw.load(keys, k, _, p)
   if v then
     local ttl = call('PTTL', key)
     v = tonumber(v)
-    if not v or v < FW_M or v >= FW_MAX or v % 1 ~= 0 or ttl < 0 then corrupt(key) end
+    if not v or v < FW_M or v >= FW_MAX or v % 1 ~= 0 then corrupt(key) end
     local c = v % FW_M
     st.found, st.tag, st.left = true, (v - c) / FW_M, (ttl + 1) * 1000
+    if ttl < 0 then
+      -- No expiry (PERSIST, a restore without TTLs): the count stands if
+      -- it is the clock's window's, which gives it its end again; any other
+      -- state is taken as expired now. Either way the key heals.
+      fw_open(st, p)
+      if c < FW_AHEAD and (v - c) / FW_M == st.tag then st.count = c end
+      st.dirty = true
+      return st
+    end
     if c >= FW_AHEAD then
       -- A window ahead: on Redis' clock, exactly (its TTL is whole ms).
       c = c - FW_AHEAD
