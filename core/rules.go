@@ -29,7 +29,8 @@ import (
 //
 // A key's first Rule in a decision keeps the same state as that key
 // decided alone under its Limit; its second, third... Rules keep states of
-// their own, so adding a Limit to a key does not mix counters.
+// their own, so adding a Limit to a key does not mix counters. A decision
+// takes at most 8 Rules, all checked before any Redis call.
 type Rule struct {
 	Key   string
 	Limit Limit
@@ -207,10 +208,8 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 	if len(rules) == 0 || len(rules) > maxRules {
 		return Result{}, fmt.Errorf("%w: a decision takes 1 to %d Rules, got %d", ErrInvalidLimit, maxRules, len(rules))
 	}
-	for i, r := range rules {
-		if r.Key == "" {
-			return Result{}, fmt.Errorf("rule %d: %w", i, ErrEmptyKey)
-		}
+	if err := validRules(rules, n, mode); err != nil {
+		return Result{}, err
 	}
 	var parts []Result
 	if taken != nil {
@@ -254,6 +253,25 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 		}
 	}
 	return s.merge(out, parts, n, used, verb), nil
+}
+
+// validRules refuses, before any Redis call, Rules that one slot's call
+// would refuse after another slot's took (TestRulesValidatedBeforeAnyCall):
+// an empty key, an invalid Limit, a cost above a rate Rule's capacity.
+func validRules(rules []Rule, n, mode int) error {
+	for i, r := range rules {
+		if r.Key == "" {
+			return fmt.Errorf("rule %d: %w", i, ErrEmptyKey)
+		}
+		p, err := r.Limit.params()
+		if err != nil {
+			return fmt.Errorf("rule %d: %w", i, err)
+		}
+		if (mode == modeConsume || mode == modePeek) && r.Limit.Algorithm != Concurrency && (n <= 0 || int64(n) > p.capacity) {
+			return fmt.Errorf("%w: n = %d, want 1 <= n <= %d (the capacity of rule %d)", ErrInvalidCost, n, p.capacity, i)
+		}
+	}
+	return nil
 }
 
 // slots is the Rules of a decision split by the Redis node that must run

@@ -549,3 +549,32 @@ func dropPrefix(t *testing.T, rdb redis.Cmdable, prefix string) {
 		t.Errorf("deleting %s:*: %v", prefix, err)
 	}
 }
+
+// TestRulesValidatedBeforeAnyCall backs "all checked before any Redis
+// call" (Rule): split by slot, a cost the second slot's Rule can never
+// take, or an invalid Limit there, is refused with no script call at all.
+// Before, the first slot took and gave back: 2 calls.
+func TestRulesValidatedBeforeAnyCall(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, l := miniLimiter(t)
+	splitBySlot(l)
+	var calls atomic.Int64
+	rdb.AddHook(countScripts{&calls})
+	for _, c := range []struct {
+		rules []Rule
+		want  error
+	}{
+		{[]Rule{PerHour(10).For("a"), PerHour(2).For("z")}, ErrInvalidCost},
+		{[]Rule{PerHour(10).For("a"), {Key: "z", Limit: Limit{Rate: -1, Period: time.Second}}}, ErrInvalidLimit},
+	} {
+		if _, err := l.Allow(ctx, 5, c.rules...); !errors.Is(err, c.want) {
+			t.Errorf("Allow(5, %v): %v, want %v", ruleKeys(c.rules), err, c.want)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d script calls for decisions refused by their arguments, want 0", n)
+	}
+	if got := remaining(t, l, PerHour(10), "a"); got != 10 {
+		t.Errorf("a has %d left, want 10", got)
+	}
+}
