@@ -75,11 +75,11 @@ type Limiter struct {
 	group     grouping
 	log       func() *slog.Logger
 	breaker   breaker
-	denied    *denyCache // nil unless WithDenyCache
-	fallback  *sketch    // nil after WithLocalFallback(0, 0)
+	denied    *denyCache   // nil unless WithDenyCache
+	fallback  *sketch      // nil after WithLocalFallback(0, 0)
 	fleet     *fleetMember // counts n for fallback; nil when n is fixed
-	batch     *batcher   // nil when batching is off
-	leases    *leases    // nil unless WithLeases
+	batch     *batcher     // nil when batching is off
+	leases    *leases      // nil unless WithLeases
 	health    healthState
 	funcs     functions
 	plans     plans
