@@ -68,8 +68,7 @@ type algorithm struct {
 	// args is the Limit as its algorithm's file lists it.
 	args func(params) []int64
 	// local is what the local fallback holds the algorithm's keys to
-	// (see sketch); localNone (the zero value) leaves the decision to
-	// Redis' error and the caller's fail policy.
+	// (see sketch); localPermits (the zero value) is Concurrency's.
 	local localBound
 	// leaseLeft, for algorithms that can lease (see WithLeases), is how
 	// long units granted in r stay in the window they were counted in.
@@ -94,7 +93,7 @@ var algorithms = [...]algorithm{
 	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
 		burst: true, queues: true, local: localBucket, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},
 	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,
-		ids: true, local: localNone, args: windowArgs},
+		ids: true, local: localPermits, args: windowArgs},
 }
 
 // calendarWindow is FixedWindow over calendar windows: a script of

@@ -54,9 +54,14 @@ func (l *Limiter) decide(ctx context.Context, rq *request, out []Result) error {
 	}
 	err := l.ask(ctx, rq, tag, keys, sent, out)
 	if err != nil {
-		if l.fallback != nil && rq.mode <= modeAtMost && rq.mode != modePeek && !rq.pl.ids && redisFault(ctx, err) {
-			return classified(ctx, l.fallback.decide(keys, rq, time.Now(), out, err))
+		if !redisFault(ctx, err) {
+			return classified(ctx, err)
 		}
+		if l.fallback != nil && rq.mode <= modeAtMost && rq.mode != modePeek {
+			l.degraded.note(l, degradedFallback, err)
+			return classified(ctx, l.fallback.decide(keys, rq, time.Now(), out))
+		}
+		l.degraded.note(l, degradedError, err)
 		return classified(ctx, err)
 	}
 	l.remember(rq, keys, sent, time.Now(), out)
@@ -131,7 +136,13 @@ func (l *Limiter) answerLocally(ctx context.Context, rq *request, tag string, ke
 				return true, err
 			}
 		}
-	case modeRefund, modeCharge:
+	case modeRefund, modeCharge, modeRenew:
+		if l.fallback != nil && l.fallback.settle(keys, rq, sent, out) {
+			return true, nil // a permit the fallback handed out
+		}
+		if rq.mode == modeRenew {
+			return false, nil
+		}
 		k := 0
 		for _, ly := range rq.pl.layers { // each layer's first key names its state here
 			if l.leases != nil {
@@ -164,6 +175,9 @@ func (l *Limiter) answerLocally(ctx context.Context, rq *request, tag string, ke
 func (l *Limiter) remember(rq *request, keys []string, sent, received time.Time, out []Result) {
 	if rq.mode > modeAtMost {
 		return
+	}
+	if l.fallback != nil && rq.mode != modePeek {
+		l.fallback.learn(keys, rq.pl, received, out)
 	}
 	allowed := true
 	for i := range out {
@@ -201,7 +215,7 @@ func (l *Limiter) remember(rq *request, keys []string, sent, received time.Time,
 // the Limiter's timeout.
 func (l *Limiter) ask(ctx context.Context, rq *request, tag string, keys []string, sent time.Time, out []Result) error {
 	if !l.breaker.allow(sent) {
-		return errCircuitOpen
+		return ErrCircuitOpen
 	}
 	bctx, cancel := l.bound(ctx)
 	var err error

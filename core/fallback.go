@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,22 +54,34 @@ import (
 // outage shortly before took and has not refilled: the sketch carries on
 // from its cells, and never gives more than the bounds above.
 //
-// A share below one unit (C < n for a bucket, Rate < n for a window)
-// cannot be served: instances that cannot see each other, started alike
-// and asked alike, decide alike, and n units at one instant are more than
-// the Limit allows. The fallback gives up such a decision, and the caller
-// gets Redis' error, for its fail policy.
+// A share below one unit (C < n for a bucket, Rate < n for a window) is
+// a bucket of one unit that accrues every interval = n·Period/Rate
+// (rounded up), so tau = interval, and (1) gives k <= 1 + t/interval:
+//
+//   - A bucket: k <= 1 + Rate·t/(Period·n), and the n instances admit at
+//     most n + Rate·t/Period = max(C, n) + Rate·t/Period within any t.
+//   - A window: Rate < n makes interval > Period, so within a window
+//     (t < Period) k < 2: each instance admits at most one unit in any
+//     window of Period, and the n instances at most n = max(Rate, n).
+//
+// Instances that cannot see each other, started alike and asked alike,
+// decide alike, so the n units may come at one instant: that is the
+// price of a bounded rule without Redis, and the fleet still admits Rate
+// per Period on average (n units per n·Period/Rate).
 //
 // The seed is random per process, so a client cannot choose keys that
 // collide.
 type sketch struct {
-	instances int
+	// instances is n: WithLocalFallback's, or the fleet's size as Redis
+	// last counted it (see fleet), or assumedFleet before it has.
+	instances atomic.Int64
 	width     uint64
 	seed      maphash.Seed
 	start     time.Time // cells hold TATs in µs since start (monotonic)
 
-	mu    sync.Mutex
-	cells []int64 // sketchDepth rows of width cells
+	mu      sync.Mutex
+	cells   []int64 // sketchDepth rows of width cells, made at first use
+	permits permits // the Concurrency keys' permits
 }
 
 // localBound is what the local fallback holds an algorithm's keys to
@@ -76,9 +89,9 @@ type sketch struct {
 type localBound uint8
 
 const (
-	// localNone: the fallback does not decide the algorithm (Concurrency:
-	// Refund cannot reach it); Redis' error goes back to the caller.
-	localNone localBound = iota
+	// localPermits: max(1, floor(Rate/n)) permits of this instance in
+	// flight at once (see permits).
+	localPermits localBound = iota
 	// localBucket: Capacity plus Rate per Period over any interval.
 	localBucket
 	// localWindow: Rate in any interval of Period.
@@ -99,9 +112,10 @@ func newSketch(instances, maxKeys int) *sketch {
 	// With width 4 × maxKeys, a key shares a cell in a given row with
 	// another active key with probability about 1 - e^(-1/4) = 0.22, and
 	// in all four rows with probability 0.002.
-	width := uint64(4 * maxKeys)
-	return &sketch{instances: instances, width: width, seed: maphash.MakeSeed(),
-		start: time.Now(), cells: make([]int64, sketchDepth*width)}
+	s := &sketch{width: uint64(4 * maxKeys), seed: maphash.MakeSeed(), start: time.Now()}
+	s.instances.Store(int64(instances))
+	s.permits.most = maxKeys
+	return s
 }
 
 // share is a key's bucket in this instance. Its times are exact integers
@@ -113,10 +127,10 @@ type share struct {
 	tau      int64 // µs the bucket holds: less than most+1 intervals, rounded down
 }
 
-// shareOf is this instance's share of limit, decided as row, and false if
-// the fallback cannot serve it (see sketch).
+// shareOf is this instance's share of a rate limit, decided as row, and
+// false for a Concurrency limit (see permits).
 func (s *sketch) shareOf(row *algorithm, limit Limit) (share, bool) {
-	n := int64(s.instances)
+	n := s.instances.Load()
 	period := limit.Period.Microseconds()
 	if limit.Period%time.Microsecond != 0 {
 		period++ // as the scripts round it
@@ -128,15 +142,17 @@ func (s *sketch) shareOf(row *algorithm, limit Limit) (share, bool) {
 	switch row.local {
 	case localBucket:
 		c := int64(limit.Capacity())
-		if c < n {
-			return share{}, false
-		}
 		sh.interval = mulDiv(period, n, int64(limit.Rate), true)
 		sh.most, sh.tau = int(c/n), mulDiv(c, sh.interval, n, false)
+		if c < n {
+			sh.most, sh.tau = 1, sh.interval // a unit per interval
+		}
 	case localWindow:
 		w := int64(limit.Rate) / n
 		if w < 1 {
-			return share{}, false
+			sh.interval = mulDiv(period, n, int64(limit.Rate), true)
+			sh.most, sh.tau = 1, sh.interval // a unit per interval
+			break
 		}
 		b := (w + 1) / 2
 		sh.interval = mulDiv(period, 1, w+1-b, true)
@@ -198,15 +214,6 @@ func errOverShare(n int, sh share) error {
 		ErrInvalidCost, n, sh.most)
 }
 
-// errNoShare gives Redis' error back for a Limit the fallback cannot serve.
-func (s *sketch) errNoShare(redisErr error, ly layer) error {
-	if ly.row.local == localNone {
-		return fmt.Errorf("%w (the local fallback does not decide %v)", redisErr, ly.limit.Algorithm)
-	}
-	return fmt.Errorf("%w (the local fallback cannot share %v among %d instances: each would hold less than one unit)",
-		redisErr, ly.limit, s.instances)
-}
-
 func micros(us int64) time.Duration {
 	return time.Duration(min(us, math.MaxInt64/int64(time.Microsecond))) * time.Microsecond
 }
@@ -239,50 +246,105 @@ func (s *sketch) decideAt(idx [sketchDepth]uint64, sh share, n int, atMost bool,
 	return r, tat
 }
 
-// decide answers rq while Redis cannot (redisErr), from this instance's
-// shares; keys are the state keys of rq's layers. A Limit it cannot
-// serve gives redisErr back, for the caller's fail policy.
-func (s *sketch) decide(keys []string, rq *request, now time.Time, out []Result, redisErr error) error {
+// decide answers rq while Redis cannot, from this instance's shares;
+// keys are the state keys of rq's layers. Every algorithm has a bounded
+// share, so it never gives a decision up to the fail policy.
+func (s *sketch) decide(keys []string, rq *request, now time.Time, out []Result) error {
 	pl := rq.pl
 	var shares [maxRules]share
 	var idx [maxRules][sketchDepth]uint64
 	var tats [maxRules]int64
 	k := 0
 	for i, ly := range pl.layers {
-		sh, ok := s.shareOf(ly.row, ly.limit)
-		if !ok {
-			return s.errNoShare(redisErr, ly)
+		key := keys[k]
+		k += len(ly.row.suffixes)
+		if ly.row.ids {
+			shares[i] = share{most: 1} // one permit per request
+			continue
 		}
+		sh, _ := s.shareOf(ly.row, ly.limit)
 		if rq.n > sh.most && rq.mode != modeAtMost {
 			if len(pl.layers) > 1 {
 				return fmt.Errorf("layer %d: %w", i, errOverShare(rq.n, sh))
 			}
 			return errOverShare(rq.n, sh)
 		}
-		shares[i], idx[i] = sh, s.index(keys[k])
-		k += len(ly.row.suffixes)
+		shares[i], idx[i] = sh, s.index(key)
 	}
 	t := now.Sub(s.start).Microseconds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cells == nil {
+		s.cells = make([]int64, sketchDepth*s.width)
+	}
 	all := true
-	for i := range pl.layers {
-		out[i], tats[i] = s.decideAt(idx[i], shares[i], rq.n, rq.mode == modeAtMost, t)
+	k = 0
+	for i, ly := range pl.layers {
+		if ly.row.ids {
+			out[i] = s.permits.decide(keys[k], ly.limit, s.instances.Load(), t)
+		} else {
+			out[i], tats[i] = s.decideAt(idx[i], shares[i], rq.n, rq.mode == modeAtMost, t)
+		}
+		k += len(ly.row.suffixes)
 		all = all && out[i].Allowed
 	}
 	if !all {
 		for i := range pl.layers {
 			if out[i].Allowed {
 				// Nothing is taken: report what is left before it.
-				out[i] = Result{Fallback: true, Allowed: true, Remaining: out[i].Remaining + rq.n,
+				took := rq.n
+				if pl.layers[i].row.ids {
+					took = 1
+				}
+				out[i] = Result{Fallback: true, Allowed: true, Remaining: out[i].Remaining + took,
 					ResetAfter: max(0, out[i].ResetAfter-micros(int64(rq.n)*shares[i].interval))}
 			}
 			out[i].Granted = 0
 		}
 		return nil
 	}
-	for i := range pl.layers {
-		s.raise(idx[i], tats[i])
+	k = 0
+	for i, ly := range pl.layers {
+		if ly.row.ids {
+			s.permits.take(keys[k], rq.id, t+ly.limit.Period.Microseconds())
+			out[i].stamp = rq.id
+		} else {
+			s.raise(idx[i], tats[i])
+		}
+		k += len(ly.row.suffixes)
 	}
 	return nil
+}
+
+// learn holds each key to what Redis last answered for it, so that a
+// decision Redis cannot make a moment later (a timeout on a busy host, a
+// pause) gives no more than Redis would have: a key Redis refused is
+// refused here until its RetryAfter or its Period has passed, whichever
+// is later (a key refused is a key in demand), and one Redis admitted
+// with R units left holds at most R here. It only ever raises a key's
+// TAT, so the sketch's bounds hold as they are.
+func (s *sketch) learn(keys []string, pl *plan, now time.Time, out []Result) {
+	t := now.Sub(s.start).Microseconds()
+	k := 0
+	for i, ly := range pl.layers {
+		key := keys[k]
+		k += len(ly.row.suffixes)
+		sh, ok := s.shareOf(ly.row, ly.limit)
+		r := out[i]
+		if !ok || r.Allowed && r.Remaining >= sh.most {
+			continue
+		}
+		tat := t + sh.tau - int64(r.Remaining)*sh.interval
+		if !r.Allowed {
+			wait := min(max(r.RetryAfter, ly.limit.Period).Microseconds(), saturate)
+			tat = t + wait + sh.tau - sh.interval
+		}
+		idx := s.index(key)
+		s.mu.Lock()
+		if s.cells == nil {
+			s.cells = make([]int64, sketchDepth*s.width)
+		}
+		s.raise(idx, tat)
+		s.mu.Unlock()
+	}
 }

@@ -45,8 +45,11 @@ var (
 	ErrClosed = errors.New("core: limiter closed")
 )
 
-// errCircuitOpen is the error of a call the open circuit kept from Redis.
-var errCircuitOpen = fmt.Errorf("%w (circuit open)", ErrUnavailable)
+// ErrCircuitOpen is wrapped by the error of a call the open circuit
+// kept from Redis (see WithBreaker); it matches ErrUnavailable too, so a
+// fail policy needs no case for it. Metrics use it to count the breaker's
+// decisions apart.
+var ErrCircuitOpen = fmt.Errorf("%w (circuit open)", ErrUnavailable)
 
 // Limiter decides, for a key and a Limit, whether a request may proceed.
 // Every decision is an atomic Lua function or script in Redis, timed by
@@ -72,16 +75,18 @@ type Limiter struct {
 	group     grouping
 	log       func() *slog.Logger
 	breaker   breaker
-	denied    *denyCache // nil unless WithDenyCache
-	fallback  *sketch    // nil unless WithLocalFallback
-	batch     *batcher   // nil when batching is off
-	leases    *leases    // nil unless WithLeases
+	denied    *denyCache   // nil unless WithDenyCache
+	fallback  *sketch      // nil after WithLocalFallback(0, 0)
+	fleet     *fleetMember // counts n for fallback; nil when n is fixed
+	batch     *batcher     // nil when batching is off
+	leases    *leases      // nil unless WithLeases
 	health    healthState
 	funcs     functions
 	plans     plans
 	clock     func() time.Time // WithClock
 	acks      replicaAcks      // WithReplicaAcks
 	observers observers        // see Observe
+	degraded  degradedLog
 	closed    atomic.Bool
 	stop      func() // undoes what New registered on the client
 }
@@ -138,7 +143,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 		l.denied = newDenyCache(cfg.denyKeys)
 	}
 	if f := cfg.fallback; f != nil {
-		l.fallback = newSketch(f.instances, f.maxKeys)
+		n := f.instances
+		if n == 0 {
+			n = assumedFleet // until the fleet is counted
+		}
+		l.fallback = newSketch(n, f.maxKeys)
 	}
 	if cfg.batch > 1 {
 		l.batch = newBatcher(cfg.batch, cfg.inflight)
@@ -151,6 +160,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	l.stop = watchClient(l)
 	l.funcs.load(l)
 	l.health.start(l)
+	if cfg.fallback != nil && cfg.fallback.instances == 0 {
+		l.fleet = joinFleet(l)
+	}
 	return l, nil
 }
 
@@ -179,6 +191,9 @@ func (l *Limiter) Close() error {
 		return nil
 	}
 	l.stop()
+	if l.fleet != nil {
+		l.fleet.leave(l.rdb, l.timeout)
+	}
 	if l.leases != nil {
 		l.leases.close(l)
 	}

@@ -663,7 +663,7 @@ func TestNew(t *testing.T) {
 		{WithBreaker(-1, time.Second), "WithBreaker"},
 		{WithBreaker(3, 0), "WithBreaker"},
 		{WithDenyCache(0), "WithDenyCache"},
-		{WithLocalFallback(0, 10), "WithLocalFallback"},
+		{WithLocalFallback(-1, 10), "WithLocalFallback"},
 		{WithLocalFallback(2, 0), "WithLocalFallback"},
 		{WithBatching(0), "WithBatching"},
 	} {

@@ -39,8 +39,14 @@ func defaultConfig() config {
 		batch:           128,
 		inflight:        4,
 		clock:           time.Now,
+		fallback:        defaultFallback,
 	}
 }
+
+// defaultFallback is the local fallback of a Limiter made without
+// WithLocalFallback: n learned from Redis. (core's own tests turn it off,
+// to see Redis' errors; the fallback's tests turn it on.)
+var defaultFallback = &fallbackConfig{maxKeys: 4096}
 
 func (c *config) fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("core: "+format, args...))
@@ -116,42 +122,28 @@ func WithDenyCache(maxKeys int) Option {
 	}
 }
 
-// WithLocalFallback decides in process while Redis cannot answer (errors,
-// timeouts, an open circuit), instead of returning the error: each key gets
-// this instance's share of its Limit, so that the instances together stay
-// within it from the outage's start, however their requests fall. A
-// TokenBucket or LeakyBucket key is admitted at most its Capacity plus
-// Rate per Period over any interval (each instance holds a bucket of
-// 1/instances of the capacity and of the rate); a window key (FixedWindow,
-// SlidingWindow, SlidingWindowCounter) at most Rate in any interval of
-// Period, aligned or not, and a calendar quota Rate in any 31 days (each
-// instance admits w = Rate/instances, rounded down, in any Period: about
-// half of them at once, the rest spread over the Period). What Redis
-// admitted just before the outage is not known to the fallback, so around
-// its start up to one more quota may pass. Results carry Fallback: true. A
-// cost above what an instance's share admits at once (its share of the
-// Capacity, rounded down; for a window, (w+1)/2 rounded down) can never
-// pass and is refused with ErrInvalidCost.
-//
-// A share below one unit (a bucket's Capacity, or a window's Rate, below
-// instances) is not decided in process: instances that cannot see each
-// other would each admit a unit at the same instant, instances times
-// what the Limit allows. Such a key gets the Redis error, which says so,
-// and the caller's fail policy applies, as without the fallback. Nor is
-// Concurrency, whose permits are given back in Redis.
-//
-// Memory is fixed, whatever the number of keys: the buckets live in a
-// count-min sketch sized for maxKeys keys active at once. Keys that share
-// its cells may be denied early, never admitted beyond their share; with up
-// to maxKeys active keys that is rare, and with many more (a flood of
-// rotating keys) the sketch denies more, and never admits more. Default:
-// off (the error is returned, and the caller's fail policy applies).
+// WithLocalFallback sets how the Limiter decides while Redis cannot answer
+// (errors, timeouts, an open circuit): in process, each key getting this
+// instance's share of its Limit, so that the instances together stay
+// within a bound of it. instances is n, the Limiters sharing the limits;
+// 0 learns it from Redis while Redis answers (each Limiter registers
+// under "<prefix>:fleet"), and assumes 64 before Redis has ever answered.
+// maxKeys sizes its memory: keys active at once. The bounds per
+// algorithm and their tests are in docs/limits.md ("The local
+// fallback"). Results carry Fallback: true. WithLocalFallback(0, 0) turns
+// it off: Redis' error goes back to the caller, and under httplimit's
+// FailOpen requests are then served with no limit: the one way to ask
+// for that. Default: on, instances learned, maxKeys 4096.
 func WithLocalFallback(instances, maxKeys int) Option {
 	return func(c *config) {
-		if instances < 1 || maxKeys < 1 {
-			c.fail("WithLocalFallback: want instances >= 1 and maxKeys >= 1, got %d and %d", instances, maxKeys)
+		switch {
+		case instances == 0 && maxKeys == 0:
+			c.fallback = nil
+		case instances < 0 || maxKeys < 1:
+			c.fail("WithLocalFallback: want instances >= 0 and maxKeys >= 1 (or both 0: off), got %d and %d", instances, maxKeys)
+		default:
+			c.fallback = &fallbackConfig{instances: instances, maxKeys: maxKeys}
 		}
-		c.fallback = &fallbackConfig{instances: instances, maxKeys: maxKeys}
 	}
 }
 

@@ -63,7 +63,7 @@ func start(t testing.TB, rdb redis.UniversalClient, files map[string]string, cfg
 // limiter is a Limiter on rdb for a test: a patient timeout, no logs.
 func limiter(t testing.TB, rdb redis.UniversalClient, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	lim, err := core.New(rdb, append([]core.Option{core.WithTimeout(time.Second), core.WithLogger(nil)}, opts...)...)
+	lim, err := core.New(rdb, append([]core.Option{core.WithTimeout(time.Second), core.WithLogger(nil), core.WithLocalFallback(0, 0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func failures() []failure {
 
 func newLimiter(t *testing.T, rdb redis.UniversalClient, timeout time.Duration) *core.Limiter {
 	t.Helper()
-	l, err := core.New(rdb, core.WithTimeout(timeout), core.WithLogger(nil), core.WithBreaker(0, 0))
+	l, err := core.New(rdb, core.WithTimeout(timeout), core.WithLogger(nil), core.WithBreaker(0, 0), core.WithLocalFallback(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

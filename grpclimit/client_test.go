@@ -85,7 +85,7 @@ func TestClientWaitTooLongForDeadline(t *testing.T) {
 func TestClientRedisTimeout(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	rdb.AddHook(stallScripts{})
-	l, err := core.New(rdb, core.WithTimeout(20*time.Millisecond), core.WithLogger(nil))
+	l, err := core.New(rdb, core.WithTimeout(20*time.Millisecond), core.WithLogger(nil), core.WithLocalFallback(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,9 @@
 //
 // The google.rpc.RetryInfo detail's retry_delay is the retry-after
 // trailer, so a client that waits it out is never early. A Redis fault
-// under the default httplimit.FailOpen serves the call without rate-limit
-// fields. WithDenyHandler answers refusals in your own way.
+// under the default httplimit.FailOpen is decided by the Limiter's local
+// fallback (served without rate-limit fields only if it is off).
+// WithDenyHandler answers refusals in your own way.
 //
 // Several Policies on one server compose as they do over HTTP
 // (grpc.ChainUnaryInterceptor with one interceptor each, or Check inside a

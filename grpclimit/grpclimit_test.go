@@ -631,7 +631,7 @@ func TestClient(t *testing.T) {
 	// that a Redis that is down fails at once rather than at the timeout.
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true, MaxRetries: -1, DialerRetries: 1})
 	defer func() { _ = rdb.Close() }()
-	l, err := core.New(rdb, core.WithTimeout(time.Second), core.WithLogger(nil))
+	l, err := core.New(rdb, core.WithTimeout(time.Second), core.WithLogger(nil), core.WithLocalFallback(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,7 +63,7 @@ func (b *backend) exact() bool { return b.mr != nil }
 func newMini(t *testing.T, timeout time.Duration) *backend {
 	t.Helper()
 	mr, rdb := redistest.Mini(t)
-	l, err := core.New(rdb, core.WithTimeout(timeout), core.WithLogger(nil))
+	l, err := core.New(rdb, core.WithTimeout(timeout), core.WithLogger(nil), core.WithLocalFallback(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func newReal(t *testing.T) *backend {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	prefix := "redlimit-grpclimit:" + hex.EncodeToString(b[:])
-	l, err := core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(timeout), core.WithLogger(nil))
+	l, err := core.New(rdb, core.WithPrefix(prefix), core.WithTimeout(timeout), core.WithLogger(nil), core.WithLocalFallback(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,11 +125,11 @@ type Config struct {
 	// refused requests still carry Retry-After.
 	Headers Headers
 
-	// Fail says what a request gets when Redis fails or is slower than the
-	// Limiter's timeout (the Limiter's error matches core.ErrUnavailable).
-	// Any other error is refused with 503, whatever Fail says: a cost or
-	// Limit that can never pass, or a Limiter closed before the server
-	// drained. Default: FailOpen.
+	// Fail says what a request gets when Redis did not decide it: Redis
+	// failed, was slower than the Limiter's timeout, or the circuit was
+	// open. Any other error is refused with 503, whatever Fail says: a
+	// cost or Limit that can never pass, or a Limiter closed before the
+	// server drained. Default: FailOpen.
 	Fail FailPolicy
 
 	// DryRun decides, counts and sends headers but never refuses nor
@@ -190,9 +190,13 @@ func CountFailed(status int) bool { return status >= 400 }
 type FailPolicy uint8
 
 const (
-	// FailOpen serves the request, without rate-limit headers. Default.
+	// FailOpen lets the Limiter's local fallback decide (core's default:
+	// each instance its share of the limit, a bounded rule); only a
+	// Limiter made with core.WithLocalFallback(0, 0) returns the error,
+	// and then the request is served with no limit. Default.
 	FailOpen FailPolicy = iota
-	// FailClosed answers 503 with Retry-After: 1.
+	// FailClosed answers 503 with Retry-After: 1, also where the local
+	// fallback would have served.
 	FailClosed
 )
 

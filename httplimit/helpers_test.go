@@ -59,10 +59,12 @@ func prefixOf(t testing.TB) string {
 
 // newLimiter is a quiet Limiter with a patient timeout: tests check
 // decisions, not latency, on a machine that runs every package's tests at
-// once.
+// once. Its local fallback is off, so that a Redis fault reaches the fail
+// policy; the tests of the fallback turn it on (opts come later).
 func newLimiter(t testing.TB, rdb redis.UniversalClient, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.New(rdb, append([]core.Option{core.WithLogger(nil), core.WithTimeout(10 * time.Second), core.WithPrefix(prefixOf(t))}, opts...)...)
+	base := []core.Option{core.WithLogger(nil), core.WithTimeout(10 * time.Second), core.WithPrefix(prefixOf(t)), core.WithLocalFallback(0, 0)}
+	l, err := core.New(rdb, append(base, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/observe"
@@ -103,11 +102,13 @@ const (
 // (Decision.Degraded): each such decision has one reason.
 func degraded(d *Decision) string {
 	switch {
+	case d.Result.Fallback && d.Outcome == OutcomeFailedClosed:
+		return degradedFailClosed // FailClosed refuses what the fallback decided
 	case d.Result.Fallback:
 		return degradedFallback
 	case !d.RedisFault():
 		return ""
-	case strings.HasSuffix(d.Err.Error(), "(circuit open)"): // core's errCircuitOpen
+	case errors.Is(d.Err, core.ErrCircuitOpen):
 		return degradedBreaker
 	case d.Outcome == OutcomeFailedOpen:
 		return degradedFailOpen

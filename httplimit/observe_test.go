@@ -117,6 +117,8 @@ func (o orderedObserver) Observe(Decision) { *o.order = append(*o.order, o.name)
 func TestDegraded(t *testing.T) {
 	for _, fail := range []FailPolicy{FailOpen, FailClosed} {
 		failed := map[FailPolicy]string{FailOpen: "fail_open", FailClosed: "fail_closed"}[fail]
+		// FailClosed refuses what the fallback decided.
+		byFallback := map[FailPolicy]string{FailOpen: "fallback", FailClosed: "fail_closed"}[fail]
 		steps := []struct {
 			name     string
 			opts     []core.Option
@@ -130,9 +132,9 @@ func TestDegraded(t *testing.T) {
 			{"Redis down", nil, true, 1, []string{failed, failed}, nil},
 			{"Redis down, then the circuit open", []core.Option{core.WithTimeout(0), core.WithBreaker(1, time.Hour)}, true, 1,
 				[]string{failed, "breaker", "breaker"}, nil},
-			{"Redis down, the fallback decides", []core.Option{core.WithLocalFallback(1, 100)}, true, 1, []string{"fallback", "fallback"}, nil},
+			{"Redis down, the fallback decides", []core.Option{core.WithLocalFallback(1, 100)}, true, 1, []string{byFallback, byFallback}, nil},
 			{"the circuit open, the fallback decides", []core.Option{core.WithTimeout(0), core.WithBreaker(1, time.Hour), core.WithLocalFallback(1, 100)}, true, 1,
-				[]string{"fallback", "fallback"}, nil},
+				[]string{byFallback, byFallback}, nil},
 		}
 		for _, st := range steps {
 			t.Run(fail.String()+"/"+st.name, func(t *testing.T) {

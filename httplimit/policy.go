@@ -112,6 +112,10 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 			if p.fail == FailOpen && errors.Is(err, core.ErrUnavailable) {
 				d.Outcome = OutcomeFailedOpen
 			}
+		case p.fail == FailClosed && d.Result.Fallback:
+			// Redis did not decide: FailClosed refuses what the local
+			// fallback would have served.
+			d.Err, d.Outcome = errFallbackClosed, OutcomeFailedClosed
 		case !d.Result.Allowed && d.inflightDenied():
 			d.Outcome = OutcomeInFlight
 		case !d.Result.Allowed:
@@ -215,3 +219,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// errFallbackClosed is the error of a request FailClosed refused because
+// the Limiter's local fallback, not Redis, decided it.
+var errFallbackClosed = fmt.Errorf("%w: the local fallback decided, and the policy fails closed", core.ErrUnavailable)

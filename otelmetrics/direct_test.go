@@ -21,7 +21,7 @@ import (
 // a span of its own.
 func TestDirectDecisions(t *testing.T) {
 	mr, rdb := redistest.Mini(t)
-	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second))
+	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second), core.WithLocalFallback(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

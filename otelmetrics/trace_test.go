@@ -96,7 +96,8 @@ func TestTraceSweep(t *testing.T) {
 					t.Fatal(err)
 				}
 				mr, rdb := redistest.Mini(t)
-				l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second))
+				// The fallback off: step 8 is the failed-open span.
+				l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second), core.WithLocalFallback(0, 0))
 				if err != nil {
 					t.Fatal(err)
 				}

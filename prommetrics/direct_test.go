@@ -17,7 +17,7 @@ import (
 // Redis fault of a Refund as a Redis error.
 func TestDirectDecisions(t *testing.T) {
 	mr, rdb := redistest.Mini(t)
-	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second))
+	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second), core.WithLocalFallback(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,8 +101,9 @@ func (r *Redis) Advance(d time.Duration) {
 
 // Down makes every command fail, as an unreachable Redis would, until Up.
 // The error is the one a replica without its master answers; the
-// application's fail policy then decides (httplimit.FailOpen serves,
-// FailClosed answers 503).
+// Limiter's local fallback then decides (under httplimit.FailOpen;
+// FailClosed answers 503), on the process' clock, which Advance does not
+// move.
 func (r *Redis) Down() { r.mr.SetError("MASTERDOWN redlimittest: Redis is down") }
 
 // Up ends Down.

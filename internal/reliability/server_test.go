@@ -22,7 +22,9 @@ import (
 // to log, and failing t on an error.
 func newLimiter(t testing.TB, rdb redis.UniversalClient, opts ...core.Option) *core.Limiter {
 	t.Helper()
-	l, err := core.New(rdb, append([]core.Option{core.WithLogger(nil)}, opts...)...)
+	// The fallback off: these tests see Redis' faults as errors; the
+	// degraded paths' own tests (degraded_test.go) keep the default.
+	l, err := core.New(rdb, append([]core.Option{core.WithLogger(nil), core.WithLocalFallback(0, 0)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,143 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/redistest"
+	"github.com/redlimit/redlimit/nethttplimit"
+)
+
+// TestTimedOutDecisionKeepsTheLimit is issue 34's finding 2: with the
+// default settings (50 ms timeout, FailOpen), a key Redis has refused, then
+// Redis stopped (SIGSTOP): every request timed out and was served with no
+// limit (50 of 50 here). Now the local fallback decides, and it knows that
+// Redis refused the key: 0 of 50 are served.
+func TestTimedOutDecisionKeepsTheLimit(t *testing.T) {
+	s := redistest.StartServer(t)
+	rdb := s.Client(t, func(o *redis.Options) { o.MaxRetries = -1 })
+	l, err := core.New(rdb, core.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	p, err := httplimit.New(httplimit.Config{Limiter: l, Limit: core.PerMinute(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := nethttplimit.New(p)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func(calls int) (served int) {
+		for range calls {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			if w.Code == http.StatusOK {
+				served++
+			}
+		}
+		return served
+	}
+	if got := serve(8); got != 5 {
+		t.Fatalf("Redis up: %d of 8 served, want 5", got)
+	}
+	s.Pause()
+	defer s.Resume()
+	if got := serve(50); got != 0 {
+		t.Errorf("Redis stopped after refusing the key: %d of 50 served, want 0", got)
+	}
+}
+
+// TestDegradedSweep backs the bounds of docs/limits.md ("The local
+// fallback") against real faults: instances x rates x algorithms x fault
+// (down: killed; paused: SIGSTOP, every call times out; slow: CLIENT PAUSE
+// beyond the timeout). Each instance is a Limiter with default settings
+// but n (WithLocalFallback(n, 1024)); 16 goroutines per instance ask for
+// fresh keys, 4 x max(Rate, n) requests each, while the fault lasts. The
+// fleet admits at most max(Rate, n) per key (an hour's Period: nothing
+// refills during the test), and at least one per instance: counts only,
+// never timings.
+func TestDegradedSweep(t *testing.T) {
+	algorithms := core.Algorithms()
+	for _, fault := range []string{"down", "paused", "slow"} {
+		for _, n := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/%d instances", fault, n), func(t *testing.T) {
+				s := redistest.StartServer(t)
+				var fleet []*core.Limiter
+				for range n {
+					rdb := s.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.ContextTimeoutEnabled = true })
+					l, err := core.New(rdb, core.WithLogger(nil), core.WithLocalFallback(n, 1024))
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = l.Close() })
+					fleet = append(fleet, l)
+				}
+				heal := injure(t, s, fault)
+				defer heal()
+				for _, rate := range []int{1, 2*n + 1} {
+					for _, a := range algorithms {
+						limit := core.Limit{Algorithm: a, Rate: rate, Period: time.Hour}
+						key := fmt.Sprintf("%s-%d-%d-%v", fault, n, rate, a)
+						got := admitted(t, fleet, limit.For(key), 4*max(rate, n))
+						if bound := max(limit.Capacity(), n); got > bound || got < 1 {
+							t.Errorf("%v, %d instances, %s: %d admitted, want 1 to max(Rate, n) = %d", limit, n, fault, got, bound)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// injure starts the fault on s and returns what ends it.
+func injure(t *testing.T, s *redistest.Server, fault string) (heal func()) {
+	switch fault {
+	case "down":
+		s.Kill()
+		return func() {}
+	case "paused":
+		s.Pause()
+		return s.Resume
+	}
+	admin := s.Admin(t)
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 60000, "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return func() { _ = admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err() }
+}
+
+// admitted sends calls requests of rule to each instance of fleet from
+// 16 goroutines each, and counts the admissions.
+func admitted(t *testing.T, fleet []*core.Limiter, rule core.Rule, calls int) int {
+	var got atomic.Int64
+	var wg sync.WaitGroup
+	for _, l := range fleet {
+		for g := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < calls; i += 16 {
+					r, err := l.Allow(context.Background(), 1, rule)
+					if err != nil {
+						t.Errorf("%v: %v, want a decision of the fallback", rule.Limit, err)
+						return
+					}
+					if r.Allowed {
+						got.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return int(got.Load())
+}
