@@ -98,7 +98,7 @@ func readStates(ctx context.Context, rdb redis.UniversalClient, prefix, key stri
 			return now, states, fmt.Errorf("core: inspect %s: %w", k.key, err)
 		}
 		states = append(states, inspect.State{Algorithm: k.row.name, Calendar: k.row.script == calendarWindow.script,
-			Layer: k.layer, Key: k.key, TTL: ttl, Fields: fields})
+			Layer: k.layer, Key: k.key, TTL: ttl, Fields: fields, ResetKeeps: k.row.ids})
 	}
 	return now, states, nil
 }

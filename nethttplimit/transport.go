@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/keyspace"
 	"github.com/redlimit/redlimit/internal/observe"
 )
 
@@ -190,7 +191,7 @@ func (t *Transport) admit(req *http.Request) (string, error) {
 	if t.cost != nil {
 		n = t.cost(req)
 	}
-	key, ctx := t.name+":"+k, observe.Named(req.Context(), t.name) // the Limiter's observers label its calls so
+	key, ctx := keyspace.Policy(t.name, k), observe.Named(req.Context(), t.name) // the Limiter's observers label its calls so
 	if err := t.waitFloor(ctx, key); err != nil {
 		return key, err
 	}

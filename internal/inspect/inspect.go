@@ -27,6 +27,9 @@ type State struct {
 	TTL time.Duration
 	// Fields are the decoded numbers, in the order the state holds them.
 	Fields []Field
+	// ResetKeeps marks the permits of requests in flight, which
+	// core.Limiter.Reset leaves.
+	ResetKeeps bool
 }
 
 // Field is one decoded number of a State.
