@@ -19,6 +19,12 @@ import (
 func init() {
 	inspect.Read = readStates
 	inspect.Library = libraryName
+	inspect.ResetChannel = func(prefix string) string {
+		if prefix == "" {
+			prefix = defaultConfig().prefix
+		}
+		return resetChannel(prefix)
+	}
 	inspect.OverrideKey = func(prefix, name string) string {
 		if prefix == "" {
 			prefix = defaultConfig().prefix

@@ -125,6 +125,17 @@ func TestResetKeepsPermits(t *testing.T) {
 	}
 	defer func() { _ = l.Close() }()
 	const key = "http:ip:192.0.2.1"
+	cached, err := core.New(rdb, core.WithLogger(nil), core.WithDenyCache(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cached.Close() }()
+	for deadline := time.Now().Add(10 * time.Second); len(mr.PubSubNumSub("ratelimit:resets")) == 0 || mr.PubSubNumSub("ratelimit:resets")["ratelimit:resets"] == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the Limiter with a deny cache never subscribed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if res, err := l.Allow(context.Background(), 1, core.PerMinute(5).For(key), core.InFlight(1).For(key)); err != nil || !res.Allowed {
 		t.Fatal(res, err)
 	}
@@ -132,6 +143,9 @@ func TestResetKeepsPermits(t *testing.T) {
 	cliJSON(t, &out, "-redis", "redis://"+mr.Addr(), "reset", "192.0.2.1")
 	if fmt.Sprint(out.Deleted) != "[ratelimit:{"+key+"}:tb3]" || len(out.Kept) != 1 || !strings.Contains(out.Kept[0], ":cc3") {
 		t.Errorf("reset -json: deleted %v, kept %v; want the bucket deleted and the permit kept", out.Deleted, out.Kept)
+	}
+	if out.Listening != 1 {
+		t.Errorf("reset -json: %d listening instances, want the one with a deny cache", out.Listening)
 	}
 	if len(out.Kept) == 1 && !mr.Exists(out.Kept[0]) {
 		t.Errorf("the permit is gone from Redis")

@@ -53,6 +53,10 @@ var Read func(ctx context.Context, rdb redis.UniversalClient, prefix, key string
 // Set by package core.
 var OverrideKey func(prefix, name string) string
 
+// ResetChannel is the channel Limiters under prefix ("" is core's
+// default) hear Resets on. Set by package core.
+var ResetChannel func(prefix string) string
+
 // Library is the name of the Redis Functions library this build of core
 // loads (FUNCTION LOAD) where the server has functions. Set by package core.
 var Library string
