@@ -47,3 +47,5 @@ func TestJSONEveryOutcome(t *testing.T) {
 		t.Errorf("a refused override was stored")
 	}
 }
+
+func jsonDecode(s string, v any) error { return json.Unmarshal([]byte(s), v) }

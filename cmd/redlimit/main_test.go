@@ -142,7 +142,7 @@ func overrideSuite(t *testing.T, rdb redis.UniversalClient, prefix string, flags
 
 // doctorSuite runs doctor plain and -json: every check there, none failed.
 func doctorSuite(t *testing.T, flags, conn []string) {
-	want := []string{"server", "functions", "memory", "latency"}
+	want := []string{"server", "functions", "memory", "replicas", "time", "latency"}
 	if conn[0] == "-redis-cluster" {
 		want = append(want, "slots")
 	}
@@ -154,6 +154,12 @@ func doctorSuite(t *testing.T, flags, conn []string) {
 	out, errs, code := cli(t, append(flags, "doctor")...)
 	if !doc.OK || code != 0 {
 		t.Errorf("doctor: exit %d, %+v\n%s%s", code, doc, out, errs)
+	}
+	for _, f := range doc.Findings {
+		if f.Check == "replicas" && (!strings.Contains(f.Value, "min-replicas-to-write") ||
+			conn[0] == "-redis-cluster" && !strings.Contains(f.Value, "lag")) {
+			t.Errorf("doctor: replicas %q; want each replica's lag and min-replicas-*", f.Value)
+		}
 	}
 	for _, check := range want {
 		found := false
