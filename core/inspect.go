@@ -19,6 +19,12 @@ import (
 func init() {
 	inspect.Read = readStates
 	inspect.Library = libraryName
+	inspect.ResetChannel = func(prefix string) string {
+		if prefix == "" {
+			prefix = defaultConfig().prefix
+		}
+		return resetChannel(prefix)
+	}
 	inspect.OverrideKey = func(prefix, name string) string {
 		if prefix == "" {
 			prefix = defaultConfig().prefix
@@ -98,7 +104,7 @@ func readStates(ctx context.Context, rdb redis.UniversalClient, prefix, key stri
 			return now, states, fmt.Errorf("core: inspect %s: %w", k.key, err)
 		}
 		states = append(states, inspect.State{Algorithm: k.row.name, Calendar: k.row.script == calendarWindow.script,
-			Layer: k.layer, Key: k.key, TTL: ttl, Fields: fields})
+			Layer: k.layer, Key: k.key, TTL: ttl, Fields: fields, ResetKeeps: k.row.ids})
 	}
 	return now, states, nil
 }

@@ -157,7 +157,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	}
 	l.health.log = cfg.log
 	l.funcs.prepare(l.timeout)
-	l.stop = watchClient(l)
+	l.stop = listenResets(l, watchClient(l))
 	l.funcs.load(l)
 	l.health.start(l)
 	if cfg.fallback != nil && cfg.fallback.instances == 0 {
@@ -233,7 +233,9 @@ func honoursDeadlines(rdb redis.UniversalClient) bool {
 // may be given back to the fresh state: the quota is then at most whole.
 // Concurrency permits are not quota but requests still in flight: Reset
 // keeps them, so a Reset never lets more than Rate run at once; each goes
-// when its request gives it back or lapses.
+// when its request gives it back or lapses. Every Limiter under the same
+// prefix forgets the denials and leases it keeps of key as Redis delivers
+// the Reset's message (WithDenyCache, WithLeases).
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if key == "" {
 		return ErrEmptyKey
@@ -258,6 +260,9 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	})
 	// A denial that was in flight during the DEL may have cached itself.
 	l.forget(tag)
+	if err == nil {
+		err = l.announceReset(ctx, tag) // the other instances' (resets.go)
+	}
 	return classified(ctx, err)
 }
 

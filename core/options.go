@@ -110,7 +110,8 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 // Redis would: the remembered wait is counted from before the request was
 // sent, it applies only to the same Limit and the same cost (a larger one
 // waits longer), and Reset, Refund, or a call for the key under another
-// Limit, forgets it. A Reset, a Refund or another Limit used by
+// Limit, forgets it; so does another instance's Reset, heard on a
+// Pub/Sub channel (see Limiter.Reset). A Refund or another Limit used by
 // another instance is not seen: the key stays denied here until its
 // RetryAfter ends. At most maxKeys keys are remembered. Default: off.
 func WithDenyCache(maxKeys int) Option {
@@ -225,8 +226,9 @@ func WithStaggeredWindows() Option {
 // together never admit more than the limit. The error is on the strict side
 // only: units held unused in other instances' leases. In one window it is
 // at most (instances - 1) × share × capacity, and less in practice, since a
-// lease is sized to demand. A Reset does not reach other instances' leases:
-// their units are spent on top of the fresh quota. At most 4096 keys are
+// lease is sized to demand. Another instance's Reset drops this one's
+// leases of the key as its message arrives (see Limiter.Reset); units
+// spent before then count on top of the fresh quota. At most 4096 keys are
 // leased at once; others are decided in Redis, a call each. Default: off.
 func WithLeases(share float64) Option {
 	return func(c *config) {

@@ -87,15 +87,17 @@ func (o *Overrides) key(name string) string {
 }
 
 // Set stores limit for name, replacing any earlier one, for ttl (a
-// temporary raise, say), or until Delete when ttl is 0: an override is
-// configuration an operator wrote, the one kind of key redlimit lets live
-// without a TTL. Instances obey it within maxAge; this one at once.
+// temporary raise, say; at least 1ms, Redis' resolution), or until Delete
+// when ttl is 0: an override is configuration an operator wrote, the one
+// kind of key redlimit lets live without a TTL. Instances obey it within maxAge; this one at once.
 func (o *Overrides) Set(ctx context.Context, name string, limit Limit, ttl time.Duration) error {
 	if err := limit.Validate(); err != nil {
 		return err
 	}
-	if ttl < 0 {
-		return fmt.Errorf("core: overrides: ttl must be >= 0, got %v", ttl)
+	if ttl < 0 || ttl > 0 && ttl < time.Millisecond {
+		// Redis keeps a TTL in ms: below one, go-redis sends 1ms, and the
+		// override is gone before anyone reads it.
+		return fmt.Errorf("core: overrides: ttl must be 0 (until Delete) or at least 1ms, got %v", ttl)
 	}
 	if err := o.rdb.Set(ctx, o.key(name), limit.String(), ttl).Err(); err != nil {
 		return fmt.Errorf("core: overrides: %w", err)

@@ -140,6 +140,8 @@ func TestOverridesSetRefusesInvalid(t *testing.T) {
 		{"unknown algorithm", Limit{Algorithm: 9, Rate: 1, Period: time.Second}, 0, ErrInvalidLimit},
 		{"zero limit", Limit{}, 0, ErrInvalidLimit},
 		{"negative ttl", PerSecond(1), -time.Second, nil},
+		{"ttl below Redis' 1ms", PerSecond(1), 999 * time.Microsecond, nil}, // was stored for 1ms
+		{"ttl of 1ns", PerSecond(1), time.Nanosecond, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -51,7 +51,7 @@ var readmeImports = map[string]string{
 
 // readmeParams are the variables a snippet may use without declaring them.
 const readmeParams = `ctx context.Context, rdb *redis.Client, limiter *core.Limiter, policy *httplimit.Policy,
-	mux *http.ServeMux, r *gin.Engine, e *echo.Echo, e5 *echo5.Echo, app *fiber.App, app3 *fiber3.App`
+	mux *http.ServeMux, ok http.HandlerFunc, r *gin.Engine, e *echo.Echo, e5 *echo5.Echo, app *fiber.App, app3 *fiber3.App`
 
 // readmePrograms are the adapters that the README must show in a complete
 // program each, as a user would copy it.

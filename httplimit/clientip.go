@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/redlimit/redlimit/internal/keyspace"
 )
 
 // ClientIP says how KeyByIP finds the address a request came from.
@@ -146,11 +148,7 @@ func (r *ipResolver) key(remoteAddr string, header func(name string) string) (st
 	if err != nil {
 		return "", err
 	}
-	if a.Is4() || r.bits == 128 {
-		return "ip:" + a.String(), nil
-	}
-	p, _ := a.Prefix(r.bits)
-	return "ip:" + p.String(), nil
+	return keyspace.IP(a, r.bits), nil
 }
 
 func (r *ipResolver) trustedAddr(a netip.Addr) bool {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/keyspace"
 )
 
 // Config is the rate limit of an HTTP route or app, shared by every
@@ -75,8 +76,9 @@ type Config struct {
 	// answers again, and then takes it again or loses it. Default: 10s.
 	InFlightLease time.Duration
 
-	// Name namespaces the keys, so two Policies never share counters, and
-	// names the IETF policy. Default: "http".
+	// Name namespaces the keys and names the IETF policy: 1 to 64 letters,
+	// digits, '-', '_' or '.', so that Policies of different Names never
+	// share counters (TestPolicyNamesCannotCollide). Default: "http".
 	Name string
 
 	// Key chooses what a request is limited by. Default: the client IP,
@@ -277,6 +279,9 @@ func New(cfg Config) (*Policy, error) {
 	}
 	if p.name == "" {
 		p.name = "http"
+	}
+	if err := keyspace.ValidName(p.name); err != nil {
+		return nil, fmt.Errorf("httplimit: Config.Name: %w", err)
 	}
 	if p.key == nil {
 		p.key = defaultKey

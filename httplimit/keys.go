@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
+
+	"github.com/redlimit/redlimit/internal/keyspace"
 )
 
 // Request is what a Policy reads from an HTTP request. Each adapter
@@ -49,11 +50,10 @@ type KeyFunc func(Request) (string, error)
 // limit with each; where it cannot be verified, limit the client IP too (a
 // second Policy keyed by KeyByIP).
 func KeyByHeader(name string) KeyFunc {
-	prefix := "h:" + http.CanonicalHeaderKey(name) + ":"
 	return func(r Request) (string, error) {
 		if lines := r.Header(name); len(lines) > 0 {
-			if v := strings.Trim(lines[0], " \t"); v != "" {
-				return prefix + noHashTag(v), nil
+			if k := keyspace.Header(name, lines[0]); k != "" {
+				return k, nil
 			}
 		}
 		return "", fmt.Errorf("httplimit: request has no %s header", name)
@@ -122,23 +122,8 @@ func KeyByRoute() KeyFunc {
 		if route == "" {
 			return "", ErrNoRoute
 		}
-		return "route:" + noHashTag(route), nil
+		return keyspace.Route(route), nil
 	}
-}
-
-// noTag escapes '%', '{' and '}' (so that the escaping stays one to one)
-// in what a key function reads from a request: a client's header, or a
-// route pattern such as net/http's "/items/{id}", would otherwise be a
-// Redis Cluster hash tag (see core.Rule), putting every key that holds it
-// in one slot. A key function of the application's own may return a tag
-// on purpose: "{acme}:user:42" beside a Scope keyed "{acme}".
-var noTag = strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D")
-
-func noHashTag(s string) string {
-	if !strings.ContainsAny(s, "{}%") {
-		return s
-	}
-	return noTag.Replace(s)
 }
 
 var (

@@ -15,7 +15,10 @@ import (
 // Policy whose Cost counts tokens, so that an LLM gateway with one Policy
 // for each sends all six fields. When several Policies of one unit decide
 // a request, the fields describe the one with the least remaining, as
-// XRateLimit's do.
+// XRateLimit's do. A refusal also carries retry-after-ms, the wait in
+// milliseconds rounded up, and x-should-retry: false when that wait is
+// above 60 s, which OpenAI's clients would cut short and retry early
+// (TestOpenAIRetryFields).
 type OpenAI struct {
 	Unit string // Default: "requests"
 }
@@ -48,12 +51,34 @@ type openAIFields struct{ limit, remaining, reset string }
 
 func (f openAIFields) WriteHeaders(h HeaderWriter, d *Decision) {
 	r := d.Result
+	writeRetryMillis(h, d) // the longest wait, whichever Policy's fields stand
 	if prev, err := strconv.Atoi(h.Get(f.remaining)); err == nil && (prev < r.Remaining || prev == r.Remaining && r.Allowed) {
 		return // an earlier Policy's is as strict: a refusal is stricter
 	}
 	h.Set(f.limit, strconv.Itoa(d.capacity))
 	h.Set(f.remaining, strconv.Itoa(r.Remaining))
 	h.Set(f.reset, ceilMillis(r.ResetAfter).String())
+}
+
+// maxClientRetry is the longest wait OpenAI's clients honour: beyond it
+// the Node SDK retries after its own backoff, early.
+const maxClientRetry = 60 * time.Second
+
+// writeRetryMillis writes a refusal's retry-after-ms, the longest of the
+// Policies' that compose, and x-should-retry: false beyond maxClientRetry.
+func writeRetryMillis(h HeaderWriter, d *Decision) {
+	if d.RetryAfter() == 0 {
+		return
+	}
+	wait := max(time.Millisecond, ceilMillis(d.Result.RetryAfter))
+	ms := wait.Milliseconds()
+	if prev, err := strconv.ParseInt(h.Get("Retry-After-Ms"), 10, 64); err == nil && prev >= ms {
+		return
+	}
+	h.Set("Retry-After-Ms", strconv.FormatInt(ms, 10))
+	if wait > maxClientRetry {
+		h.Set("X-Should-Retry", "false")
+	}
 }
 
 // ceilMillis is d rounded up to a whole millisecond, so that a client that

@@ -91,3 +91,25 @@ func TestOpenAIConfig(t *testing.T) {
 		t.Error(`New with OpenAI{Unit: "to kens"}: no error`)
 	}
 }
+
+// TestOpenAIRetryFields backs OpenAI's "retry-after-ms ... x-should-retry:
+// false when that wait is above 60 s": a refusal for 20 s carries the
+// milliseconds and may be retried; one for 30 min tells OpenAI's clients
+// not to (the Node SDK retried early, twice a call), and an admitted
+// request carries neither.
+func TestOpenAIRetryFields(t *testing.T) {
+	_, _, l := mini(t)
+	minute := mustNew(t, Config{Limiter: l, Name: "minute", Limit: core.PerMinute(3), Headers: Headers{OpenAI{}}})
+	hour := mustNew(t, Config{Limiter: l, Name: "hour", Limit: core.PerHour(2), Headers: Headers{OpenAI{}}})
+	var h http.Header
+	for range 4 {
+		_, h = decide(minute, from("192.0.2.1"))
+	}
+	checkHeaders(t, "denied for 20s", h, map[string]string{"retry-after-ms": "20000", "x-should-retry": "", "Retry-After": "20"})
+	for range 3 {
+		_, h = decide(hour, from("192.0.2.1"))
+	}
+	checkHeaders(t, "denied for 30min", h, map[string]string{"retry-after-ms": "1800000", "x-should-retry": "false", "Retry-After": "1800"})
+	_, h = decide(minute, from("192.0.2.2"))
+	checkHeaders(t, "admitted", h, map[string]string{"retry-after-ms": "", "x-should-retry": ""})
+}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/clock"
+	"github.com/redlimit/redlimit/internal/keyspace"
 )
 
 // Policy is a compiled Config: the decision step every adapter shares. It
@@ -73,7 +75,7 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 		err = errEmptyKey
 	}
 	if err == nil {
-		d.Key, d.key = key, p.name+":"+key
+		d.Key, d.key = key, keyspace.Policy(p.name, key)
 		d.cost = n
 		if n == 0 {
 			d.cost = 1
@@ -122,8 +124,8 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 			d.Outcome = OutcomeDenied
 		}
 	}
-	d.now = time.Now()
-	d.Latency = d.now.Sub(start)
+	d.Latency = time.Since(start)
+	d.now = clock.Of(p.limiter)() // the headers': redlimittest's Advance moves it
 	if d.Outcome == OutcomeAllowed && d.Result.Delay > 0 && !p.dryRun {
 		if err := sleep(d.ctx, d.Result.Delay); err != nil {
 			d.Outcome, d.Err = OutcomeCanceled, err
@@ -154,18 +156,18 @@ func (p *Policy) rules(r Request, key string, limit core.Limit, inHandler bool) 
 		rules = append(rules, l.For(key))
 	}
 	for _, sc := range p.scopes {
-		k := p.name + "|" + sc.Name // a ceiling on the Policy
+		var sk string // "": a ceiling on the Policy
 		if sc.Key != nil {
-			sk, err := sc.Key(r)
+			var err error
+			sk, err = sc.Key(r)
 			if err == nil && sk == "" {
 				err = errEmptyKey
 			}
 			if err != nil {
 				return nil, fmt.Errorf("scope %s: %w", sc.Name, err)
 			}
-			k += ":" + sk
 		}
-		rules = append(rules, sc.Limit.For(k))
+		rules = append(rules, sc.Limit.For(keyspace.Scope(p.name, sc.Name, sk)))
 	}
 	if p.inflight.Rate > 0 && !inHandler {
 		rules = append(rules, p.inflight.For(key))
@@ -206,7 +208,7 @@ func (p *Policy) Reset(r Request) error {
 	if err != nil {
 		return err
 	}
-	return p.limiter.Reset(r.Context(), p.name+":"+key)
+	return p.limiter.Reset(r.Context(), keyspace.Policy(p.name, key))
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -19,13 +19,22 @@ import (
 	"github.com/redlimit/redlimit/core"
 )
 
+// defaultPause is a 429's pause when its Retry-After is absent or tells
+// no wait: the upstream refused, and sending at once would be refused
+// again (a 429 without one left the quota at 99 of 100).
+const defaultPause = time.Second
+
 // pauseFor is how long resp asks the fleet to pause: its Retry-After, for
-// a 429 or a 503, capped at maxPause.
+// a 429 or a 503, capped at maxPause; defaultPause for a 429 without one.
 func (t *Transport) pauseFor(resp *http.Response) time.Duration {
 	if t.maxPause < 0 || resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusServiceUnavailable {
 		return 0
 	}
-	return retryAfter(resp.Header, t.now(), t.maxPause)
+	d := retryAfter(resp.Header, t.now(), t.maxPause)
+	if d == 0 && resp.StatusCode == http.StatusTooManyRequests {
+		d = min(defaultPause, t.maxPause)
+	}
+	return d
 }
 
 // retryAfter reads a Retry-After header: delay-seconds, or an HTTP-date

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/keyspace"
 	"github.com/redlimit/redlimit/internal/observe"
 )
 
@@ -57,9 +58,10 @@ type TransportConfig struct {
 // Each request spends Cost units of its Key's quota before Base sends it.
 // It waits for room, or is refused with a *LimitError when the wait would
 // outlast its deadline (at once with FailFast); a request not sent never
-// reaches Base. An upstream's 429 or 503 with Retry-After pauses the key
-// on every instance. docs/http.md#outbound-calls says how long a pause
-// lasts under each algorithm, what Redis down does, and the tests of each.
+// reaches Base. An upstream's 429 or 503 with Retry-After (a 429 without
+// one: a second) pauses the key on every instance. docs/http.md#outbound-calls
+// says how long a pause lasts under each algorithm, what Redis down does,
+// and the tests of each.
 type Transport struct {
 	limiter  *core.Limiter
 	limit    core.Limit
@@ -190,7 +192,7 @@ func (t *Transport) admit(req *http.Request) (string, error) {
 	if t.cost != nil {
 		n = t.cost(req)
 	}
-	key, ctx := t.name+":"+k, observe.Named(req.Context(), t.name) // the Limiter's observers label its calls so
+	key, ctx := keyspace.Policy(t.name, k), observe.Named(req.Context(), t.name) // the Limiter's observers label its calls so
 	if err := t.waitFloor(ctx, key); err != nil {
 		return key, err
 	}

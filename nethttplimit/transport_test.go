@@ -579,9 +579,11 @@ func TestTransportPauseHostile(t *testing.T) {
 		{"30s, MaxPause 10s", "status=429&retry=30", 10 * time.Second, 10 * time.Second},
 		{"503", "status=503&retry=5", 0, 5 * time.Second},
 		{"MaxPause negative: never", "status=429&retry=30", -1, 0},
-		{"negative", "status=429&retry=-30", 0, 0},
-		{"garbage", "status=429&retry=" + url.QueryEscape("30; DROP TABLE"), 0, 0},
-		{"no Retry-After", "status=429", 0, 0},
+		{"negative", "status=429&retry=-30", 0, time.Second}, // a 429 without a usable Retry-After: defaultPause
+		{"garbage", "status=429&retry=" + url.QueryEscape("30; DROP TABLE"), 0, time.Second},
+		{"no Retry-After", "status=429", 0, time.Second}, // it was served at once: the quota left at 99 of 100
+		{"no Retry-After, MaxPause 10ms", "status=429", 10 * time.Millisecond, 10 * time.Millisecond},
+		{"503 without Retry-After", "status=503", 0, 0},
 		{"200 with a Retry-After", "status=200&retry=30", 0, 0},
 		{"500 with a Retry-After", "status=500&retry=30", 0, 0},
 	}

@@ -24,24 +24,31 @@ type finding struct {
 
 // node is what one server (each master of a Cluster) told doctor.
 type node struct {
-	addr, info string
-	libs       []string
-	libsErr    error
+	addr, info  string
+	libs        []string
+	libsErr     error
+	err         error  // it did not answer INFO: down, or refused
+	minReplicas string // CONFIG GET min-replicas-to-write / -max-lag, or why not
 }
 
 // doctor checks the server for what redlimit needs, and fails when a
 // check failed.
 func doctor(ctx context.Context, e *env) error {
 	nodes, err := eachNode(ctx, e.rdb)
+	answered := slices.DeleteFunc(slices.Clone(nodes), func(n node) bool { return n.err != nil })
 	var fs []finding
-	if err != nil || len(nodes) == 0 {
-		fs = append(fs, finding{"server", "fail", fmt.Sprint(err), "Redis does not answer: every decision fails, and the fail policy answers"})
-	} else {
-		fs = append(fs, serverFinding(nodes), functionsFinding(nodes), memoryFinding(nodes))
+	switch {
+	case err != nil && len(nodes) == 0:
+		fs = append(fs, finding{"server", "fail", err.Error(), "Redis does not answer: every decision fails, and the fail policy answers"})
+	default:
+		fs = append(fs, nodeFindings(ctx, e.rdb, nodes)...)
+		if len(answered) > 0 {
+			fs = append(fs, serverFinding(answered), functionsFinding(answered), memoryFinding(answered), replicasFinding(answered))
+		}
 		if c, ok := e.rdb.(*redis.ClusterClient); ok {
 			fs = append(fs, slotsFinding(ctx, c))
 		}
-		fs = append(fs, latencyFinding(ctx, e.rdb))
+		fs = append(fs, timeFinding(ctx, e.rdb), latencyFinding(ctx, e.rdb))
 	}
 	failed := slices.ContainsFunc(fs, func(f finding) bool { return f.Status == "fail" })
 	if e.json {
@@ -62,27 +69,15 @@ func doctor(ctx context.Context, e *env) error {
 	return nil
 }
 
-// eachNode asks every master (or the one server) for INFO and the redlimit
-// function libraries.
+// eachNode asks every master (or the one server) for INFO, the redlimit
+// function libraries and the min-replicas settings. A node that does not
+// answer is in the list with its error, so that one master down in a
+// Cluster is told apart from all of them.
 func eachNode(ctx context.Context, rdb redis.UniversalClient) ([]node, error) {
 	var mu sync.Mutex
 	var nodes []node
 	ask := func(ctx context.Context, c *redis.Client) error {
-		// One section a call: Redis before 7 takes one INFO section only.
-		var info strings.Builder
-		for _, section := range []string{"server", "memory", "stats"} {
-			text, err := c.Info(ctx, section).Result()
-			if err != nil {
-				return fmt.Errorf("%s: INFO %s: %w", c.Options().Addr, section, err)
-			}
-			info.WriteString(text)
-		}
-		n := node{addr: c.Options().Addr, info: info.String()}
-		libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "redlimit_*"}).Result()
-		n.libsErr = err
-		for _, l := range libs {
-			n.libs = append(n.libs, l.Name)
-		}
+		n := askNode(ctx, c)
 		mu.Lock()
 		defer mu.Unlock()
 		nodes = append(nodes, n)
@@ -97,6 +92,29 @@ func eachNode(ctx context.Context, rdb redis.UniversalClient) ([]node, error) {
 	}
 	slices.SortFunc(nodes, func(a, b node) int { return strings.Compare(a.addr, b.addr) })
 	return nodes, err
+}
+
+// askNode is what one server answers.
+func askNode(ctx context.Context, c *redis.Client) node {
+	n := node{addr: c.Options().Addr}
+	// One section a call: Redis before 7 takes one INFO section only.
+	var info strings.Builder
+	for _, section := range []string{"server", "memory", "stats", "replication"} {
+		text, err := c.Info(ctx, section).Result()
+		if err != nil {
+			n.err = fmt.Errorf("INFO %s: %w", section, err)
+			return n
+		}
+		info.WriteString(text)
+	}
+	n.info = info.String()
+	libs, err := c.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: "redlimit_*"}).Result()
+	n.libsErr = err
+	for _, l := range libs {
+		n.libs = append(n.libs, l.Name)
+	}
+	n.minReplicas = minReplicas(ctx, c)
+	return n
 }
 
 func serverFinding(nodes []node) finding {

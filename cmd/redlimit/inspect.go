@@ -11,8 +11,8 @@ import (
 	"github.com/redlimit/redlimit/internal/inspect"
 )
 
-// errNoKey refuses an empty KEY, which the application never limits by.
-var errNoKey = errors.New("empty KEY")
+// errNoState is a command that found no state for its key: exit 1.
+var errNoState = errors.New("no state")
 
 type stateJSON struct {
 	Algorithm string         `json:"algorithm"`
@@ -23,12 +23,14 @@ type stateJSON struct {
 	Fields    map[string]any `json:"fields"` // numbers, and times in RFC 3339
 }
 
-// inspectKey prints every state Redis holds for key, decoded.
-func inspectKey(ctx context.Context, e *env, key string) error {
-	if key == "" {
-		return errNoKey
+// inspectKey prints every state Redis holds for the key args name,
+// decoded; none is a failure, since the operator expected one.
+func inspectKey(ctx context.Context, e *env, args []string) error {
+	key, err := e.addr.key(e.name, args)
+	if err != nil {
+		return err
 	}
-	now, states, err := inspect.Read(ctx, e.rdb, e.prefix, e.key(key))
+	now, states, err := inspect.Read(ctx, e.rdb, e.prefix, key)
 	if err != nil {
 		return err
 	}
@@ -37,7 +39,11 @@ func inspectKey(ctx context.Context, e *env, key string) error {
 			Key    string      `json:"key"`
 			Now    time.Time   `json:"redis_time"`
 			States []stateJSON `json:"states"`
-		}{e.key(key), now, []stateJSON{}}
+			Error  string      `json:"error,omitempty"`
+		}{Key: key, Now: now, States: []stateJSON{}}
+		if len(states) == 0 {
+			out.Error = e.noState(key)
+		}
 		for _, st := range states {
 			j := stateJSON{st.Algorithm, st.Calendar, st.Layer, st.Key, st.TTL.Milliseconds(), map[string]any{}}
 			if st.TTL < 0 {
@@ -51,16 +57,24 @@ func inspectKey(ctx context.Context, e *env, key string) error {
 			}
 			out.States = append(out.States, j)
 		}
-		return e.emit(out)
+		if err := e.emit(out); err != nil || len(states) > 0 {
+			return err
+		}
+		return errFailed
 	}
 	if len(states) == 0 {
-		_, err := fmt.Fprintf(e.out, "%s: no state (nothing taken yet, or it expired); prefix %q\n", e.key(key), e.prefix)
-		return err
+		e.printf("%s\n", e.noState(key))
+		return errFailed
 	}
 	for _, st := range states {
 		printState(e, st, now)
 	}
 	return nil
+}
+
+// noState says that key holds nothing, and where that was looked for.
+func (e *env) noState(key string) string {
+	return fmt.Sprintf("%s: no state under prefix %q (nothing taken yet, or it expired; is -prefix the Limiter's, -name the Policy's?)", key, e.prefix)
 }
 
 func printState(e *env, st inspect.State, now time.Time) {

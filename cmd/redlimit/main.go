@@ -1,20 +1,25 @@
 // Command redlimit shows and repairs redlimit's state on a live Redis or
 // Redis Cluster, for operators:
 //
-//	redlimit [flags] inspect KEY          every algorithm's state for KEY, decoded
-//	redlimit [flags] reset KEY            delete it (core's Limiter.Reset)
+//	redlimit [flags] inspect CLIENT       every algorithm's state for CLIENT, decoded
+//	redlimit [flags] reset CLIENT         delete it (core's Limiter.Reset), on every instance
 //	redlimit [flags] override get NAME    the Overrides store (core.Overrides)
 //	redlimit [flags] override set NAME LIMIT [-ttl 1h]
 //	redlimit [flags] override delete NAME
 //	redlimit [flags] doctor               what the server means for redlimit
 //	redlimit serve -redis URL -config FILE   Envoy's rate limit service (redlimit serve -h)
 //
-// KEY is the key the application limits by (an IP, a user id); with -name
-// it is namespaced as the httplimit Policy of that Name does
-// ("<name>:<KEY>"; httplimit's default Name is "http"). -prefix is the
-// Limiter's core.WithPrefix. Flags may come before or after the words.
-// Output is plain text, or one JSON object with -json. The exit status is
-// 0 on success, 1 when a command or a doctor check fails, 2 on bad usage.
+// CLIENT is what the operator knows, and the key is formed from it exactly
+// as httplimit forms it (package internal/keyspace; docs/operations.md,
+// "How keys are formed"): a client IP by default ("ip:203.0.113.9", IPv6
+// by its /64), a header's value with -header NAME, a Scope's key with
+// -scope NAME, a key function's own key with -key, all under the Policy
+// -name (default "http", httplimit's); -core takes CLIENT as the key the
+// Limiter is called with. -prefix is the Limiter's core.WithPrefix. Flags
+// may come before or after the words. Output is plain text, or one JSON
+// object with -json, errors included. The exit status is 0 on success, 1
+// when a command finds nothing or fails, or a doctor check fails, 2 on bad
+// usage.
 package main
 
 import (
@@ -43,6 +48,7 @@ func main() {
 type env struct {
 	rdb          redis.UniversalClient
 	prefix, name string
+	addr         address
 	json         bool
 	ttl          time.Duration
 	out          io.Writer
@@ -52,8 +58,11 @@ type env struct {
 // errFailed is a doctor that found a failing check: it has said why.
 var errFailed = errors.New("a check failed")
 
-const usage = `usage: redlimit [flags] inspect KEY | reset KEY | override get|set|delete NAME [LIMIT] | doctor
-       redlimit serve -h`
+const usage = `usage: redlimit [flags] inspect CLIENT | reset CLIENT | override get|set|delete NAME [LIMIT] | doctor
+       redlimit serve -h
+CLIENT: an IP (203.0.113.9, 2001:db8::1); with -header NAME that header's value;
+with -key the key your Config.Key returned; with -scope NAME that Scope's key
+(none for a Scope without a Key); with -core a key as core.Limiter is called with.`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "serve" {
@@ -66,22 +75,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cluster := fs.String("redis-cluster", "", "comma-separated Redis Cluster seed addresses (default $REDIS_CLUSTER_ADDRS)")
 	e := env{out: stdout}
 	fs.StringVar(&e.prefix, "prefix", "ratelimit", "the Limiter's key prefix (core.WithPrefix)")
-	fs.StringVar(&e.name, "name", "", `the httplimit Policy Name KEY is namespaced by (its default is "http"); empty: KEY as core sees it`)
-	fs.BoolVar(&e.json, "json", false, "print one JSON object")
+	fs.StringVar(&e.name, "name", "http", "the httplimit Policy's Name (Config.Name)")
+	e.addr.flags(fs)
+	fs.BoolVar(&e.json, "json", false, "print one JSON object, errors included")
 	fs.DurationVar(&e.ttl, "ttl", 0, "override set: how long the override lasts (0: until deleted)")
 	timeout := fs.Duration("timeout", 5*time.Second, "bound on the whole command")
 	words, err := parse(fs, args)
 	if err != nil {
-		return 2
+		e.json = wantsJSON(args)
+		return e.fail(stderr, err, 2)
 	}
 	if len(words) == 0 {
 		fs.Usage()
-		return 2
+		return e.fail(stderr, errors.New("no command"), 2)
+	}
+	if err := e.addr.check(e.name); err != nil {
+		return e.say(stderr, err, 2)
 	}
 	e.rdb, err = client(*url, *cluster, getenv)
 	if err != nil {
-		_, _ = fmt.Fprintln(stderr, "redlimit:", err)
-		return 2
+		return e.say(stderr, err, 2)
 	}
 	defer func() { _ = e.rdb.Close() }()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
@@ -93,14 +106,49 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		_, _ = fmt.Fprintln(stderr, usage)
-		return 2
+		return e.fail(stderr, errors.New("bad usage: "+strings.Join(words, " ")), 2)
+	case errors.Is(err, errUsage):
+		return e.say(stderr, err, 2)
 	case errors.Is(err, errFailed):
 		return 1
 	case err != nil:
-		_, _ = fmt.Fprintln(stderr, "redlimit:", err)
-		return 1
+		return e.say(stderr, err, 1)
 	}
 	return 0
+}
+
+// say prints err on stderr, and is fail.
+func (e *env) say(stderr io.Writer, err error, code int) int {
+	_, _ = fmt.Fprintln(stderr, "redlimit:", err)
+	return e.fail(stderr, err, code)
+}
+
+// fail returns code and, with -json, prints err as the one JSON object
+// on stdout that every outcome prints (the text went to stderr).
+func (e *env) fail(stderr io.Writer, err error, code int) int {
+	if e.json {
+		if werr := e.emit(errorJSON{err.Error(), code}); werr != nil {
+			_, _ = fmt.Fprintln(stderr, "redlimit:", werr)
+		}
+	}
+	return code
+}
+
+// errorJSON is what -json prints for a command that could not run.
+type errorJSON struct {
+	Error string `json:"error"`
+	Exit  int    `json:"exit"`
+}
+
+// wantsJSON reports whether args asked for -json, when they do not parse.
+func wantsJSON(args []string) bool {
+	for _, a := range args {
+		switch strings.TrimLeft(a, "-") {
+		case "json", "json=true", "json=1":
+			return strings.HasPrefix(a, "-")
+		}
+	}
+	return false
 }
 
 // parse parses args, flags anywhere among the words, and returns the words.
@@ -119,10 +167,10 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func dispatch(ctx context.Context, e *env, w []string) error {
 	switch {
-	case len(w) == 2 && w[0] == "inspect":
-		return inspectKey(ctx, e, w[1])
-	case len(w) == 2 && w[0] == "reset":
-		return reset(ctx, e, w[1])
+	case len(w) <= 2 && w[0] == "inspect":
+		return inspectKey(ctx, e, w[1:])
+	case len(w) <= 2 && w[0] == "reset":
+		return reset(ctx, e, w[1:])
 	case len(w) >= 3 && w[0] == "override":
 		return override(ctx, e, w[1], w[2], w[3:])
 	case len(w) == 1 && w[0] == "doctor":
@@ -161,14 +209,6 @@ func client(url, cluster string, getenv func(string) string) (redis.UniversalCli
 	}
 	opts.ContextTimeoutEnabled = true
 	return redis.NewClient(opts), nil
-}
-
-// key is KEY as the Limiter sees it: namespaced by the Policy's Name.
-func (e *env) key(key string) string {
-	if e.name == "" {
-		return key
-	}
-	return e.name + ":" + key
 }
 
 // printf prints to out; run reports the first error.

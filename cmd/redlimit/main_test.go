@@ -57,23 +57,23 @@ func cliSuite(t *testing.T, rdb redis.UniversalClient, conn ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = l.Reset(ctx, "api:192.0.2.7"); _ = l.Close() })
+	t.Cleanup(func() { _ = l.Reset(ctx, "api:ip:192.0.2.7"); _ = l.Close() })
 	lim := core.Limit{Rate: 10, Period: 24 * time.Hour} // Redis' clock runs: refills by 0.001 in 8.6s
 	for range 3 {
-		if _, err := l.Allow(ctx, 1, lim.For("api:192.0.2.7")); err != nil {
+		if _, err := l.Allow(ctx, 1, lim.For("api:ip:192.0.2.7")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	flags := append(conn, "-prefix", prefix, "-name", "api")
 
 	out, errs, code := cli(t, append(flags, "inspect", "192.0.2.7")...)
-	if code != 0 || !strings.Contains(out, "token_bucket layer 0  "+prefix+":{api:192.0.2.7}:tb3  TTL ") ||
+	if code != 0 || !strings.Contains(out, "token_bucket layer 0  "+prefix+":{api:ip:192.0.2.7}:tb3  TTL ") ||
 		!strings.Contains(out, "  tokens       7\n") {
 		t.Errorf("inspect: exit %d\n%s%s\nwant the token bucket with 7 tokens", code, out, errs)
 	}
 	var in inspectOut
 	cliJSON(t, &in, append(flags, "inspect", "192.0.2.7")...)
-	if len(in.States) != 1 || in.Key != "api:192.0.2.7" || in.States[0].TTLMillis <= 0 {
+	if len(in.States) != 1 || in.Key != "api:ip:192.0.2.7" || in.States[0].TTLMillis <= 0 {
 		t.Fatalf("inspect -json: %+v; want one token bucket with a TTL", in)
 	}
 	if tokens, _ := in.States[0].Fields["tokens"].(float64); math.Floor(tokens) != 7 {
@@ -86,12 +86,12 @@ func cliSuite(t *testing.T, rdb redis.UniversalClient, conn ...string) {
 		t.Errorf("reset -json: deleted %v, want the token bucket", reset.Deleted)
 	}
 	out, _, code = cli(t, append(flags, "inspect", "192.0.2.7")...)
-	if code != 0 || !strings.Contains(out, "api:192.0.2.7: no state") {
-		t.Errorf("inspect after reset: exit %d, %q; want no state", code, out)
+	if code != 1 || !strings.HasPrefix(out, "api:ip:192.0.2.7: no state") {
+		t.Errorf("inspect after reset: exit %d, %q; want 1 and no state", code, out)
 	}
 	out, _, code = cli(t, append(flags, "reset", "192.0.2.7")...)
-	if code != 0 || out != "api:192.0.2.7: reset, 0 state key(s) deleted\n" {
-		t.Errorf("reset of nothing: exit %d, %q", code, out)
+	if code != 1 || !strings.HasPrefix(out, "api:ip:192.0.2.7: no state") {
+		t.Errorf("reset of nothing: exit %d, %q; want 1 and no state", code, out)
 	}
 	overrideSuite(t, rdb, prefix, flags)
 	doctorSuite(t, flags, conn)
@@ -142,7 +142,7 @@ func overrideSuite(t *testing.T, rdb redis.UniversalClient, prefix string, flags
 
 // doctorSuite runs doctor plain and -json: every check there, none failed.
 func doctorSuite(t *testing.T, flags, conn []string) {
-	want := []string{"server", "functions", "memory", "latency"}
+	want := []string{"server", "functions", "memory", "replicas", "time", "latency"}
 	if conn[0] == "-redis-cluster" {
 		want = append(want, "slots")
 	}
@@ -154,6 +154,12 @@ func doctorSuite(t *testing.T, flags, conn []string) {
 	out, errs, code := cli(t, append(flags, "doctor")...)
 	if !doc.OK || code != 0 {
 		t.Errorf("doctor: exit %d, %+v\n%s%s", code, doc, out, errs)
+	}
+	for _, f := range doc.Findings {
+		if f.Check == "replicas" && (!strings.Contains(f.Value, "min-replicas-to-write") ||
+			conn[0] == "-redis-cluster" && !strings.Contains(f.Value, "lag")) {
+			t.Errorf("doctor: replicas %q; want each replica's lag and min-replicas-*", f.Value)
+		}
 	}
 	for _, check := range want {
 		found := false
@@ -185,7 +191,7 @@ func TestUsage(t *testing.T) {
 	}{
 		{nil, "usage: redlimit"},
 		{[]string{"-redis", "redis://127.0.0.1:1", "frobnicate"}, "usage: redlimit"},
-		{[]string{"-redis", "redis://127.0.0.1:1", "inspect"}, "usage: redlimit"},
+		{[]string{"-redis", "redis://127.0.0.1:1", "inspect"}, "which client"},
 		{[]string{"-redis", "redis://127.0.0.1:1", "override", "set", "x"}, "usage: redlimit"},
 		{[]string{"-nosuchflag", "doctor"}, "-nosuchflag"},
 		{[]string{"doctor"}, "no Redis"},
@@ -221,7 +227,7 @@ func TestInspectMini(t *testing.T) {
 		}
 	}
 	url := "redis://" + mr.Addr()
-	out, errs, code := cli(t, "-redis", url, "inspect", "k")
+	out, errs, code := cli(t, "-redis", url, "-core", "inspect", "k")
 	for _, want := range []string{"token_bucket layer 0", "sliding_window layer 0", "sliding_window_counter layer 0",
 		"fixed_window layer 0", "leaky_bucket layer 0", "concurrency layer 0", "  in_flight    1\n",
 		"  window_start 2026-01-02T03:04:00Z (5s ago)\n", "  next_lapse   2026-01-02T03:05:05Z (in 1m0s)\n"} {
@@ -230,7 +236,7 @@ func TestInspectMini(t *testing.T) {
 		}
 	}
 	mr.Close()
-	if _, errs, code := cli(t, "-redis", url, "-timeout", "1s", "inspect", "k"); code != 1 || !strings.Contains(errs, "redlimit: ") {
+	if _, errs, code := cli(t, "-redis", url, "-timeout", "1s", "-core", "inspect", "k"); code != 1 || !strings.Contains(errs, "redlimit: ") {
 		t.Errorf("a Redis gone: exit %d, %q; want 1 and the error", code, errs)
 	}
 }

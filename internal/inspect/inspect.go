@@ -27,6 +27,9 @@ type State struct {
 	TTL time.Duration
 	// Fields are the decoded numbers, in the order the state holds them.
 	Fields []Field
+	// ResetKeeps marks the permits of requests in flight, which
+	// core.Limiter.Reset leaves.
+	ResetKeeps bool
 }
 
 // Field is one decoded number of a State.
@@ -49,6 +52,10 @@ var Read func(ctx context.Context, rdb redis.UniversalClient, prefix, key string
 // under prefix ("" is core's default), which holds the Limit's text form.
 // Set by package core.
 var OverrideKey func(prefix, name string) string
+
+// ResetChannel is the channel Limiters under prefix ("" is core's
+// default) hear Resets on. Set by package core.
+var ResetChannel func(prefix string) string
 
 // Library is the name of the Redis Functions library this build of core
 // loads (FUNCTION LOAD) where the server has functions. Set by package core.

@@ -65,10 +65,15 @@ func Real(t testing.TB) *redis.Client {
 	return rdb
 }
 
-// ClusterAddrs returns the seed addresses in REDIS_CLUSTER_ADDRS, or skips
-// the test when it is unset (fails it under CI).
+// ClusterAddrs returns the seed addresses in REDIS_CLUSTER_ADDRS; when it
+// is unset, those of a Cluster of the test's own (StartCluster) if
+// redis-server is on the PATH, as the single-server suites start theirs;
+// else it skips the test (fails it under CI).
 func ClusterAddrs(t testing.TB) []string {
 	t.Helper()
+	if ownCluster() {
+		return ownClusterAddrs(t)
+	}
 	addrs := os.Getenv("REDIS_CLUSTER_ADDRS")
 	if addrs == "" {
 		missing(t, "REDIS_CLUSTER_ADDRS", "a Redis Cluster, e.g. REDIS_CLUSTER_ADDRS=127.0.0.1:7001,127.0.0.1:7002 (.ci/run starts one)")
