@@ -51,7 +51,7 @@ func TestReadmeRecipesInQuickStart(t *testing.T) {
 		}
 		var imports strings.Builder
 		for _, name := range slices.Sorted(maps.Keys(readmeImports)) {
-			used := regexp.MustCompile(`\b` + name + `\.`).MatchString(frag) || name == "context"
+			used := regexp.MustCompile(`\b`+name+`\.`).MatchString(frag) || name == "context"
 			if used && !strings.Contains(quick, fmt.Sprintf("%q", readmeImports[name])) {
 				fmt.Fprintf(&imports, "\t%s %q\n", name, readmeImports[name])
 			}
