@@ -286,8 +286,9 @@ func (f *fleet) checkFleet(t *testing.T, rng *rand.Rand, horizon, probe int64) (
 
 // TestFallbackFleetSweep backs the sketch's bounds (fallback.go) and
 // WithLocalFallback's "the instances together stay within the limit"
-// over Rate from 1 to 3n on n instances, n from 1 to 64 (a sample of both
-// in the default run), every Algorithm, a random Burst for the buckets
+// on n instances, n from 1 to 64 (a sample in the default run), Rates
+// around the shares of one, two and three units (every Rate's arithmetic:
+// TestFallbackShareArithmetic), every Algorithm, a random Burst for the buckets
 // and a calendar window for FixedWindow: greedy clients that retry at
 // RetryAfter, starting together, or at random instants within a Period
 // with other clients' requests between theirs (both in the default run,
@@ -318,7 +319,7 @@ func TestFallbackFleetSweep(t *testing.T) {
 		t.Run(fmt.Sprintf("%d instances", n), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(uint64(n), 25))
-			for _, rate := range sweepRates(n, all) {
+			for _, rate := range sweepRates(n, false) { // every Rate: TestFallbackShareArithmetic
 				for _, a := range Algorithms() {
 					limit := Limit{Algorithm: a, Rate: rate, Period: lengths[rng.IntN(len(lengths))]}
 					switch {
@@ -335,6 +336,57 @@ func TestFallbackFleetSweep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFallbackShareArithmetic checks inequality (1) of the sketch's proof
+// (fallback.go) for every n from 1 to 64, Rate from 1 to 3n and
+// algorithm, a Burst of 1 to 3·Rate for the buckets: what one instance can
+// admit at most, times n, is within the bound of docs/limits.md. The
+// fleet simulation (TestFallbackFleetSweep) runs the decisions themselves
+// on a sample of these points; this covers all of them, fast enough for
+// CI under -race.
+func TestFallbackShareArithmetic(t *testing.T) {
+	for n := int64(1); n <= 64; n++ {
+		s := newSketch(int(n), 1)
+		for rate := int64(1); rate <= 3*n; rate++ {
+			for _, a := range Algorithms() {
+				for _, burst := range []int64{0, 1, rate + 1, 3 * rate} {
+					limit := Limit{Algorithm: a, Rate: int(rate), Period: time.Minute, Burst: int(burst)}
+					if burst > 0 && !limit.row().burst {
+						continue
+					}
+					checkShare(t, s, limit, n)
+				}
+			}
+		}
+	}
+}
+
+// checkShare fails unless n instances holding limit's share stay within
+// its bound: a window's most in any Period (t <= Period - 1µs in (1)), a
+// bucket's burst and rate.
+func checkShare(t *testing.T, s *sketch, limit Limit, n int64) {
+	t.Helper()
+	p := limit.Period.Microseconds()
+	sh, ok := s.shareOf(limit.row(), limit)
+	switch {
+	case !ok: // Concurrency: max(1, floor(Rate/n)) permits each
+		if got := n * max(1, int64(limit.Rate)/n); got > max(int64(limit.Rate), n) {
+			t.Fatalf("%v on %d: %d permits, above max(Rate, n)", limit, n, got)
+		}
+	case limit.row().local == localWindow:
+		most := (p - 1 + sh.tau) / sh.interval // k·interval <= t + tau
+		if n*most > max(int64(limit.Rate), n) || most < 1 {
+			t.Fatalf("%v on %d: %d per instance in a Period, %d in all, above max(Rate, n)", limit, n, most, n*most)
+		}
+	default:
+		// k <= tau/interval + t/interval: the burst part, and the rate.
+		c := int64(limit.Capacity())
+		if burst := sh.tau / sh.interval; n*burst > max(c, n) || burst < 1 || sh.interval*int64(limit.Rate) < p*n {
+			t.Fatalf("%v on %d: a burst of %d and a unit per %dµs each, above max(Capacity, n) + Rate per Period",
+				limit, n, burst, sh.interval)
+		}
 	}
 }
 
