@@ -88,3 +88,29 @@ func TestLeakyRemainingWithinMaxDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitChangeCarriesOver backs core/doc.go's and docs/limits.md's
+// sentence on a changed Limit: 3 units spent under 10 per minute leave,
+// at the same instant, 2 under 5 per minute and 17 under 20 per minute in
+// the windows and the leaky bucket (what was spent carries over), and 5
+// and 7 in the token bucket (the 7 tokens it holds, capped). Before, the
+// docs said every algorithm carried what was spent over.
+func TestLimitChangeCarriesOver(t *testing.T) {
+	ctx := context.Background()
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
+		_, _, l := miniLimiter(t) // the clock stands still
+		if r, err := l.Allow(ctx, 3, with(PerMinute(10), a).For("k")); err != nil || !r.Allowed {
+			t.Fatalf("%s: %+v, %v", a, r, err)
+		}
+		lower, higher := 2, 17
+		if a == TokenBucket {
+			lower, higher = 5, 7
+		}
+		for _, c := range []struct{ rate, want int }{{5, lower}, {20, higher}} {
+			r, err := l.Peek(ctx, with(PerMinute(c.rate), a).For("k"))
+			if err != nil || r.Remaining != c.want {
+				t.Errorf("%s: 3 spent of 10/min, then %d/min: Remaining %d (%v), want %d", a, c.rate, r.Remaining, err, c.want)
+			}
+		}
+	}
+}

@@ -5,7 +5,7 @@
 //
 // # The algorithms
 //
-// A Limit is Rate units per Period, enforced by one of five algorithms. A
+// A Limit is Rate units per Period, enforced by one of six algorithms. A
 // unit is a request, or a share of its cost (Allow's n). All of them take time
 // from Redis (TIME, in microseconds), never from the app servers, so
 // instances with skewed clocks agree; none moves back in time when Redis'
@@ -65,9 +65,10 @@
 //
 // Each algorithm keeps its own state: moving a key to another algorithm
 // starts it with a whole quota under the new one. A change of Rate,
-// Period or Burst under the same algorithm takes effect on the next call
-// and carries what was spent over (a lowered limit refuses until the
-// spending fits it).
+// Period or Burst under the same algorithm takes effect on the next call,
+// without a reset: the windows and the leaky bucket carry what was spent
+// over, the token bucket the tokens it holds, capped at the new capacity
+// (TestLimitChangeCarriesOver).
 //
 // # Using it
 //
