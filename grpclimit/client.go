@@ -20,10 +20,10 @@ import (
 // is never made without one (TestClient). A wait that would outlast the
 // deadline fails at once with codes.ResourceExhausted and a RetryInfo of
 // that wait (TestClientWaitTooLongForDeadline); a context that ends while
-// waiting gives DeadlineExceeded or Canceled; a Limiter that fails (Redis
-// down or slow, the circuit open, closed) gives Unavailable
-// (TestClientRedisTimeout). Give l core.WithLocalFallback to keep calling
-// within each process' share while Redis is down.
+// waiting gives DeadlineExceeded or Canceled. While Redis cannot answer,
+// l's local fallback (on by default) lets each process call within its
+// share; a Limiter that fails (its fallback off, or closed) gives
+// Unavailable (TestClientRedisTimeout).
 //
 // It panics, at start-up, if l is nil, key is empty or limit is invalid.
 func UnaryClientInterceptor(l *core.Limiter, key string, limit core.Limit) grpc.UnaryClientInterceptor {

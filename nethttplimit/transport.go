@@ -59,9 +59,8 @@ type TransportConfig struct {
 // It waits for room, or is refused with a *LimitError when the wait would
 // outlast its deadline (at once with FailFast); a request not sent never
 // reaches Base. An upstream's 429 or 503 with Retry-After (a 429 without
-// one: a second) pauses the key on every instance. docs/http.md#outbound-calls
-// says how long a pause lasts under each algorithm, what Redis down does,
-// and the tests of each.
+// one: a second) pauses the key on every instance; docs/http.md#outbound-calls
+// has how long, per algorithm, Redis down, and the tests of each.
 type Transport struct {
 	limiter  *core.Limiter
 	limit    core.Limit

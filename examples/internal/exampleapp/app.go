@@ -21,6 +21,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlimit/redlimit/core"
+
 	"github.com/redlimit/redlimit/httplimit"
 )
 
@@ -42,8 +44,9 @@ type App struct {
 	// it).
 	Embedded bool
 
-	mini *miniredis.Miniredis
-	rdb  redis.UniversalClient
+	mini    *miniredis.Miniredis
+	rdb     redis.UniversalClient
+	limiter *core.Limiter
 }
 
 // Setup parses the configuration (see ParseConfig), makes the log, starts
@@ -86,9 +89,16 @@ func Setup(ctx context.Context, name string, args []string, getenv func(string) 
 	return a, nil
 }
 
-// Close closes the Redis client (logging its error) and stops the
-// embedded miniredis, if any.
+// Close closes the Limiter and the Redis client (logging their errors) and
+// stops the embedded miniredis, if any. Call it once the server has
+// drained: a request decided after it is refused.
 func (a *App) Close() {
+	if a.limiter != nil {
+		if err := a.limiter.Close(); err != nil {
+			a.Log.Warn("closing the limiter", "err", err)
+		}
+		a.limiter = nil
+	}
 	if a.rdb != nil {
 		if err := a.rdb.Close(); err != nil {
 			a.Log.Warn("closing the redis client", "err", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,15 +13,34 @@ import (
 	"github.com/redlimit/redlimit/httplimit"
 )
 
-func setup(t *testing.T, args ...string) (*App, *bytes.Buffer) {
+// syncBuffer is the log of a test: the Limiter writes to it from its own
+// goroutines (loading its function library) while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func setup(t *testing.T, args ...string) (*App, *syncBuffer) {
 	t.Helper()
-	var log bytes.Buffer
-	app, err := Setup(context.Background(), "test", args, env(), &log)
+	log := &syncBuffer{}
+	app, err := Setup(context.Background(), "test", args, env(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(app.Close)
-	return app, &log
+	return app, log
 }
 
 func TestRedisOptions(t *testing.T) {

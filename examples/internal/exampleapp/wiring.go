@@ -33,6 +33,7 @@ func (a *App) wire(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.limiter = limiter // closed by Close, after the server has drained
 	// Ask Redis once at start: a wrong address shows now, not at the first
 	// request, and the Limiter warns if Redis may evict its keys.
 	if _, err := limiter.Ping(ctx); err != nil {
