@@ -287,7 +287,7 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 		return Result{}, err
 	}
 	row := pl.layers[0].row
-	if (mode == modeRefund || mode == modeCharge) && taken.foreign(key, row, 0) {
+	if (mode == modeRefund || mode == modeCharge) && taken.foreign(l.prefix, key, row, 0) {
 		return Result{}, errForeignReceipt
 	}
 	if mode == modeRefund && taken.staleWindow(limit) {
@@ -296,7 +296,7 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 	var out [1]Result
 	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
 	if out[0].Granted > 0 && (mode == modeConsume || mode == modeAtMost) {
-		out[0].owner, out[0].period = receipt(key, row, 0), pl.layers[0].windowPeriod()
+		out[0].owner, out[0].period = receipt(l.prefix, key, row, 0, out[0].Granted), pl.layers[0].windowPeriod()
 	}
 	return out[0], err
 }

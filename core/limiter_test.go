@@ -1045,7 +1045,7 @@ func FuzzDecide(f *testing.F) {
 		case modeAtMost:
 			r, err = l.AllowAtMost(ctx, n, lim.For(key))
 		case modeRefund:
-			err = l.Refund(ctx, Result{Granted: n, stamp: redistest.Epoch.UnixMicro()}, lim.For(key))
+			err = l.Refund(ctx, handReceipt(l, key, lim, n, redistest.Epoch.UnixMicro()), lim.For(key))
 		case modeCharge:
 			r, err = l.Settle(ctx, Result{}, n, lim.For(key))
 		}

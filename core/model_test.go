@@ -340,10 +340,10 @@ func (b *refTokenBucket) commit(now, n int64) {
 	tokens, t := b.at(now)
 	b.set(tokens-n*b.p.period, t)
 }
-func (b *refTokenBucket) refund(_, now, n, _ int64) bool {
+func (b *refTokenBucket) refund(_, now, n, stamp int64) bool {
 	tokens, t := b.at(now)
 	full := b.p.capacity * b.p.period
-	if tokens >= full {
+	if tokens >= full || stamp == 0 { // (stamp 0 names no decision)
 		return false
 	}
 	b.set(min(full, tokens+n*b.p.period), t)
@@ -410,9 +410,9 @@ func (b *refLeakyBucket) commit(now, n int64) {
 	q, t := b.at(now)
 	b.set(q+n*b.p.period, t)
 }
-func (b *refLeakyBucket) refund(clock, now, n, _ int64) bool {
+func (b *refLeakyBucket) refund(clock, now, n, stamp int64) bool {
 	q, t := b.at(now)
-	if q == 0 {
+	if q == 0 || stamp == 0 { // (stamp 0 names no decision)
 		return false
 	}
 	if q -= n * b.p.period; q <= 0 {
@@ -995,7 +995,7 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 		case modePeek:
 			res, err = h.l.Peek(h.ctx, h.lim.For(key))
 		case modeRefund:
-			err = h.l.Refund(h.ctx, Result{Granted: int(r.n), stamp: r.stamp}, h.lim.For(key))
+			err = h.l.Refund(h.ctx, handReceipt(h.l, key, h.lim, int(r.n), r.stamp), h.lim.For(key))
 		case modeCharge:
 			_, err = h.l.Settle(h.ctx, Result{}, int(r.n), h.lim.For(key))
 		}
@@ -1343,4 +1343,10 @@ func propSeeds() uint64 {
 		return n
 	}
 	return 2
+}
+
+// handReceipt is the receipt of n units of key under lim, taken at stamp,
+// as l's Allow would have made it.
+func handReceipt(l *Limiter, key string, lim Limit, n int, stamp int64) Result {
+	return Result{Granted: n, stamp: stamp, owner: receipt(l.prefix, key, lim.row(), 0, n)}
 }

@@ -22,8 +22,10 @@ import (
 // FixedWindow; the permit a Concurrency request holds), so a late refund
 // leaves what the limit would hold had they never been taken, and the
 // state it took them from (key, Algorithm, layer), so a refund on another
-// is refused.
-// Refund or settle it once (see Limiter.Refund).
+// is refused. A receipt is accepted only as it was returned: its check
+// binds its Granted and its Limiter's prefix, and a Peek's or a denial's
+// Result is none (TestReceiptBindsAmountLimiterAndDecision). Refund or
+// settle it once (see Limiter.Refund).
 type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For
 	// Peek, whether it would.
@@ -104,23 +106,34 @@ func (r Result) staleWindow(lim Limit) bool {
 // process that made it.
 var receiptSeed = maphash.MakeSeed()
 
-// receipt names the state of key under row, as layer (0: Allow's): what a
-// Result that took units from it carries. Never 0, which is a Result that
-// names no state (one made by hand, which gives nothing back: its stamp
-// names no decision).
-func receipt(key string, row *algorithm, layer int) uint64 {
-	h := maphash.String(receiptSeed, key) ^ uint64(row.script)<<8 ^ uint64(layer)
-	return max(h, 1)
+// receipt is the check a Result that took granted units from the state of
+// key under row, as layer (0: Allow's), of the Limiter with prefix,
+// carries: a checksum, not a secret. Never 0, which is a Result that names
+// no state: one made by hand (its stamp 0 names no decision, and gives
+// nothing back), or a Peek's or a denial's, which is no receipt.
+func receipt(prefix, key string, row *algorithm, layer, granted int) uint64 {
+	var h maphash.Hash
+	h.SetSeed(receiptSeed)
+	h.WriteString(prefix)
+	h.WriteByte(0)
+	h.WriteString(key)
+	return max(h.Sum64()^uint64(row.script)<<8^uint64(layer)^uint64(granted)<<16, 1)
 }
 
 // errForeignReceipt refuses a refund or a settle of units taken from
 // another state: it would give back units never taken.
-var errForeignReceipt = fmt.Errorf("%w: the Result was taken on another key, algorithm or layer", ErrInvalidCost)
+var errForeignReceipt = fmt.Errorf("%w: the Result is no receipt of this Limiter's key, algorithm and layer, or its Granted was changed", ErrInvalidCost)
 
-// foreign reports whether r took its units from another state than key's
-// under row, as layer.
-func (r Result) foreign(key string, row *algorithm, layer int) bool {
-	return r.owner != 0 && r.owner != receipt(key, row, layer)
+// foreign reports whether r is no receipt of units taken from key's state
+// under row, as layer, by the Limiter with prefix: another state's, one
+// whose Granted changed, or a Peek's or denial's given a Granted. (A
+// Result with neither check nor stamp is one made by hand: it names no
+// decision and gives nothing back.)
+func (r Result) foreign(prefix, key string, row *algorithm, layer int) bool {
+	if r.owner == 0 {
+		return r.stamp != 0 && r.Granted > 0
+	}
+	return r.owner != receipt(prefix, key, row, layer, r.Granted)
 }
 
 // errBadReply is returned when Redis answers with something the scripts

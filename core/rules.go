@@ -323,7 +323,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			continue
 		}
 		if parts != nil {
-			if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && parts[i].foreign(rules[i].Key, lim.row(), s.index[i]) {
+			if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && parts[i].foreign(l.prefix, rules[i].Key, lim.row(), s.index[i]) {
 				return fmt.Errorf("rule %d: %w", i, errForeignReceipt)
 			}
 			if mode == modeRefund && parts[i].staleWindow(lim) {
@@ -372,7 +372,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	for j, i := range pos[:k] {
 		out[i], s.asked[i] = sub[j], true
 		if sub[j].Granted > 0 && mode == modeConsume {
-			out[i].owner, out[i].period = receipt(rules[i].Key, limits[j].row(), index[j]), pl.layers[j].windowPeriod()
+			out[i].owner, out[i].period = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted), pl.layers[j].windowPeriod()
 		}
 	}
 	return nil

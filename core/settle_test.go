@@ -387,3 +387,60 @@ func TestDeepestDebt(t *testing.T) {
 		}
 	}
 }
+
+// TestReceiptBindsAmountLimiterAndDecision backs Result's "a receipt is
+// accepted only as it was returned": a receipt whose Granted was raised,
+// one of another Limiter (another prefix, on the same Redis), and a
+// Peek's or a denial's Result given a Granted are refused with
+// ErrInvalidCost, under Refund and Settle, and give nothing back. Before,
+// each was accepted (a receipt raised from 1 to 10 gave 10 back).
+func TestReceiptBindsAmountLimiterAndDecision(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, l := miniLimiter(t)
+	other, err := New(rdb, WithPrefix("other"), WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := PerHour(10)
+	rule := lim.For("k")
+	taken, err := l.Allow(ctx, 1, rule)
+	if err != nil || !taken.Allowed {
+		t.Fatal(taken, err)
+	}
+	for range 8 {
+		if _, err := l.Allow(ctx, 1, rule); err != nil {
+			t.Fatal(err)
+		}
+	}
+	denied, _ := l.Allow(ctx, 5, rule)
+	peek, _ := l.Peek(ctx, rule)
+	if denied.Allowed {
+		t.Fatal("want a denial")
+	}
+	raised := taken
+	raised.Granted = 10
+	denied.Granted, peek.Granted = 5, 5
+	for _, c := range []struct {
+		name string
+		l    *Limiter
+		r    Result
+	}{
+		{"a raised Granted", l, raised},
+		{"another Limiter's", other, taken},
+		{"a denial's", l, denied},
+		{"a Peek's", l, peek},
+	} {
+		if err := c.l.Refund(ctx, c.r, rule); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("Refund of %s receipt: %v, want ErrInvalidCost", c.name, err)
+		}
+		if _, err := c.l.Settle(ctx, c.r, 0, rule); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("Settle of %s receipt: %v, want ErrInvalidCost", c.name, err)
+		}
+	}
+	if got := remaining(t, l, lim, "k"); got != 1 {
+		t.Errorf("after the refused receipts %d left, want 1", got)
+	}
+	if err := l.Refund(ctx, taken, rule); err != nil || remaining(t, l, lim, "k") != 2 {
+		t.Errorf("the receipt as returned: %v, %d left; want 2", err, remaining(t, l, lim, "k"))
+	}
+}

@@ -54,7 +54,7 @@ function lb.decide(st, p, n, mode, stamp)
     -- linearly and never below empty, is max(0, queued - n). An empty
     -- queue's time is Redis' clock, as a new state's is: a time ahead of
     -- it (a clock step back) would hold back max_delay's room for nothing.
-    if queued > 0 then
+    if queued > 0 and stamp > 0 then -- (stamp 0: see the token bucket)
       queued = max(0, queued - n * p.period)
       if queued == 0 then st.t = clock end
     end

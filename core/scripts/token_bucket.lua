@@ -79,7 +79,9 @@ function tb.decide(st, p, n, mode, stamp)
     -- on top of what it holds, up to full: refill is linear and capped,
     -- so min(full, tokens + cost) is that level at any time after the
     -- take (a bucket full since then has nothing to give back).
-    if tokens < full then tokens = min(full, tokens + cost) end
+    -- (A stamp of 0 names no decision: a Result made by hand, or one the
+    -- local fallback decided, whose units Redis never took.)
+    if stamp > 0 and tokens < full then tokens = min(full, tokens + cost) end
   elseif mode == CHARGE then
     -- (Compared first: under several layers, n may be more than this
     -- bucket's deepest debt, and cost then more than 2^53.)
