@@ -167,13 +167,6 @@ func Reset(c echo.Context, p *httplimit.Policy) error {
 	return p.Reset(q)
 }
 
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(c echo.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(c.Request().Context(), p, units)
-}
-
 // requests recycles the wrappers of echo.Context: an interface is two
 // words, and a wrapper passed as an httplimit.Request by value would be
 // allocated for every request.

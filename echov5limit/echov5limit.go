@@ -141,10 +141,3 @@ func Check(c *echo.Context, p *httplimit.Policy, n int) (bool, error) {
 func Reset(c *echo.Context, p *httplimit.Policy) error {
 	return p.Reset(request{c})
 }
-
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(c *echo.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(c.Request().Context(), p, units)
-}

@@ -111,13 +111,6 @@ type respHeader struct{ c *fiber.Ctx }
 func (h respHeader) Get(name string) string { return h.c.GetRespHeader(name) }
 func (h respHeader) Set(name, value string) { h.c.Set(name, value) }
 
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(c *fiber.Ctx, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(c.UserContext(), p, units)
-}
-
 // status is the status a handler answered with, or will through Fiber's
 // ErrorHandler when it returned err.
 func status(c *fiber.Ctx, err error) int {

@@ -105,10 +105,3 @@ func Check(ctx *gin.Context, p *httplimit.Policy, n int) bool {
 func Reset(ctx *gin.Context, p *httplimit.Policy) error {
 	return p.Reset(request{ctx})
 }
-
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(ctx *gin.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(ctx.Request.Context(), p, units)
-}

@@ -135,7 +135,7 @@ func (c *config) serve(ctx context.Context, method string, out sink, next func(c
 }
 
 // serverStream is the handler's stream: its context carries the decision
-// (for ReportCost) and the call's fields, which go out, when this stream's
+// (for Policy.ReportCost) and the call's fields, which go out, when this stream's
 // interceptor owns them, as headers before its first message.
 type serverStream struct {
 	grpc.ServerStream
@@ -243,12 +243,4 @@ func Check(ctx context.Context, p *httplimit.Policy, n int) error {
 func Reset(ctx context.Context, p *httplimit.Policy) error {
 	method, _ := grpc.Method(ctx)
 	return p.Reset(&request{ctx: ctx, method: method})
-}
-
-// ReportCost tells p what the call whose handler ctx is really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost). The interceptor
-// settles it when the handler returns. It reports false when p does not
-// settle or did not take units for this call.
-func ReportCost(ctx context.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(ctx, p, units)
 }

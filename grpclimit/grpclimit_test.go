@@ -337,8 +337,8 @@ func TestSettle(t *testing.T) {
 		var reported, reportedOther atomic.Bool
 		hs := &probe{check: func(ctx context.Context, service string) error {
 			if units, err := strconv.Atoi(service); err == nil {
-				reported.Store(grpclimit.ReportCost(ctx, p, units))
-				reportedOther.Store(grpclimit.ReportCost(ctx, other, units))
+				reported.Store(p.ReportCost(ctx, units))
+				reportedOther.Store(other.ReportCost(ctx, units))
 			}
 			return nil
 		}}
@@ -367,7 +367,7 @@ func TestSettleHugeReport(t *testing.T) {
 		p := b.policy(t, httplimit.Config{Limit: core.PerMinute(1000), Cost: func(httplimit.Request) int { return 10 }, Settle: true})
 		hs := &probe{check: func(ctx context.Context, service string) error {
 			if units, err := strconv.Atoi(service); err == nil {
-				grpclimit.ReportCost(ctx, p, units)
+				p.ReportCost(ctx, units)
 			}
 			return nil
 		}}

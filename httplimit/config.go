@@ -112,7 +112,7 @@ type Config struct {
 
 	// Settle lets a handler report what its request really cost once that
 	// is known (the tokens of an LLM completion, the bytes streamed), with
-	// ReportCost (each adapter has one): when the handler returns, the
+	// Policy.ReportCost: when the handler returns, the
 	// Policy settles the difference with Limiter.Settle, giving back what
 	// the request did not use, or charging the excess as a debt that later
 	// requests of the key wait out at the Limit's rate. A report of any

@@ -369,13 +369,12 @@ func (d *Decision) Attach(ctx context.Context) context.Context {
 
 type settleKey struct{ p *Policy }
 
-// ReportCost tells p what the request whose context ctx is (the context
-// the adapter served the handler with) really cost, for Config.Settle; the
-// last report before the handler returns counts. It reports false when
-// there is nothing to report to: p does not settle, or did not take units
-// for this request. Each adapter has a ReportCost that takes its
-// framework's request.
-func ReportCost(ctx context.Context, p *Policy, units int) bool {
+// ReportCost tells p what the request served with ctx really cost, for
+// Config.Settle: the adapter settles the last report when the handler
+// returns. It reports false when there is nothing to settle: p does not
+// settle, or took no units for this request. ctx is the handler's
+// (r.Context(), c.Request.Context(), Fiber's c.UserContext()).
+func (p *Policy) ReportCost(ctx context.Context, units int) bool {
 	v, ok := ctx.Value(settleKey{p}).(*atomic.Int64)
 	if !ok || units < 0 {
 		return false

@@ -220,13 +220,13 @@ func TestSettleReports(t *testing.T) {
 		late   int // reported after Finish, if > 0
 		want   int
 	}{
-		{"one report", func(ctx context.Context, p *Policy) { ReportCost(ctx, p, 200) }, 0, 1800},
+		{"one report", func(ctx context.Context, p *Policy) { p.ReportCost(ctx, 200) }, 0, 1800},
 		{"no report keeps the estimate", nil, 0, 1500},
 		{"the last report counts", func(ctx context.Context, p *Policy) {
-			ReportCost(ctx, p, 100)
-			ReportCost(ctx, p, 700)
+			p.ReportCost(ctx, 100)
+			p.ReportCost(ctx, 700)
 		}, 0, 1300},
-		{"a report after the handler returned does not count", func(ctx context.Context, p *Policy) { ReportCost(ctx, p, 700) }, 5, 1300},
+		{"a report after the handler returned does not count", func(ctx context.Context, p *Policy) { p.ReportCost(ctx, 700) }, 5, 1300},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,7 +240,7 @@ func TestSettleReports(t *testing.T) {
 				}
 			})
 			if tt.late > 0 {
-				ReportCost(ctx, p, tt.late)
+				p.ReportCost(ctx, tt.late)
 			}
 			if got := left(t, l, "http:ip:192.0.2.1", limit); got != tt.want {
 				t.Errorf("left after the request: %d, want %d", got, tt.want)
@@ -259,7 +259,7 @@ func TestReportCostFalseAfterFailingOpen(t *testing.T) {
 	mr, _, l := mini(t)
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(10), Settle: true})
 	up := p.Decide(from("192.0.2.1"))
-	if ctx := up.Attach(context.Background()); !up.WantsFinish() || !ReportCost(ctx, p, 3) {
+	if ctx := up.Attach(context.Background()); !up.WantsFinish() || !p.ReportCost(ctx, 3) {
 		t.Fatalf("Redis up: WantsFinish %v, ReportCost false; want a cost to settle", up.WantsFinish())
 	}
 	up.Finish(http.StatusOK)
@@ -271,13 +271,13 @@ func TestReportCostFalseAfterFailingOpen(t *testing.T) {
 	if d.WantsFinish() {
 		t.Error("a request served failing open wants Finish: it took nothing")
 	}
-	if ReportCost(d.Attach(context.Background()), p, 3) {
+	if p.ReportCost(d.Attach(context.Background()), 3) {
 		t.Error("ReportCost after failing open returned true, want false: there is nothing to settle")
 	}
 	unsettled := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(10), Name: "plain"})
 	mr.SetError("")
 	d = unsettled.Decide(from("192.0.2.1"))
-	if ReportCost(d.Attach(context.Background()), unsettled, 3) {
+	if unsettled.ReportCost(d.Attach(context.Background()), 3) {
 		t.Error("ReportCost to a Policy that does not settle returned true, want false")
 	}
 }
@@ -307,7 +307,7 @@ func TestCountIfWithSettle(t *testing.T) {
 			p := mustNew(t, Config{Limiter: l, Limit: limit, Scopes: []Scope{{Name: "global", Limit: global}}, Cost: func(Request) int { return 500 },
 				Settle: true, CountIf: CountFailed})
 			settled(t, p, "192.0.2.1", tt.status, func(ctx context.Context) {
-				if tt.report >= 0 && !ReportCost(ctx, p, tt.report) {
+				if tt.report >= 0 && !p.ReportCost(ctx, tt.report) {
 					t.Error("ReportCost returned false")
 				}
 			})
@@ -353,7 +353,7 @@ func TestGlobalSettledLikeTheKey(t *testing.T) {
 				p := mustNew(t, cfg)
 				settled(t, p, "192.0.2.1", http.StatusOK, func(ctx context.Context) {
 					if tt.report >= 0 {
-						ReportCost(ctx, p, tt.report)
+						p.ReportCost(ctx, tt.report)
 					}
 				})
 				if got, want := left(t, l, "http:ip:192.0.2.1", limit), limit.Rate-tt.used; got != want {

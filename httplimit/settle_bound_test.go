@@ -40,7 +40,7 @@ func TestSettleHugeReportIsCharged(t *testing.T) {
 				cfg.Cost, cfg.Settle = func(Request) int { return 10 }, true
 				p := mustNew(t, cfg)
 				settled(t, p, "192.0.2.1", http.StatusOK, func(ctx context.Context) {
-					if !ReportCost(ctx, p, report) {
+					if !p.ReportCost(ctx, report) {
 						t.Fatal("ReportCost = false, want the report taken")
 					}
 				})

@@ -102,13 +102,6 @@ func Reset(r *http.Request, p *httplimit.Policy) error {
 	return p.Reset(request{r})
 }
 
-// ReportCost tells p what r really cost, for httplimit.Config.Settle (see
-// httplimit.ReportCost): the middleware settles it when the handler
-// returns.
-func ReportCost(r *http.Request, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(r.Context(), p, units)
-}
-
 // statusWriter remembers the status the handler answered with, for
 // httplimit.Config.CountIf.
 type statusWriter struct {
