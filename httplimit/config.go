@@ -127,12 +127,16 @@ type Config struct {
 	// refused requests still carry Retry-After.
 	Headers Headers
 
-	// Fail says what a request gets when Redis did not decide it: Redis
-	// failed, was slower than the Limiter's timeout, or the circuit was
-	// open. Any other error is refused with 503, whatever Fail says: a
-	// cost or Limit that can never pass, or a Limiter closed before the
-	// server drained. Default: FailOpen.
-	Fail FailPolicy
+	// FailClosed answers 503 with Retry-After: 1 when Redis did not decide
+	// a request (it failed, was slower than the Limiter's timeout, or the
+	// circuit was open), also where the Limiter's local fallback would have
+	// decided. By default the fallback decides (core's default: each
+	// instance its share of the limit, a bounded rule); only a Limiter made
+	// with core.WithLocalFallback(0, 0) then serves the request with no
+	// limit. Any other error is refused with 503 either way: a cost or
+	// Limit that can never pass, or a Limiter closed before the server
+	// drained. Default: false.
+	FailClosed bool
 
 	// DryRun decides, counts and sends headers but never refuses nor
 	// delays a request, not even one it cannot key or when failing closed:
@@ -186,51 +190,6 @@ type Scope struct {
 // (status 400 and above): failed logins, say.
 func CountFailed(status int) bool { return status >= 400 }
 
-// FailPolicy says what a request gets when the Limiter fails: Redis down,
-// or slower than the Limiter's timeout. Its text form is "open" or
-// "closed".
-type FailPolicy uint8
-
-const (
-	// FailOpen lets the Limiter's local fallback decide (core's default:
-	// each instance its share of the limit, a bounded rule); only a
-	// Limiter made with core.WithLocalFallback(0, 0) returns the error,
-	// and then the request is served with no limit. Default.
-	FailOpen FailPolicy = iota
-	// FailClosed answers 503 with Retry-After: 1, also where the local
-	// fallback would have served.
-	FailClosed
-)
-
-var failNames = [...]string{FailOpen: "open", FailClosed: "closed"}
-
-// String returns "open" or "closed".
-func (f FailPolicy) String() string {
-	if int(f) < len(failNames) {
-		return failNames[f]
-	}
-	return "FailPolicy(" + strconv.Itoa(int(f)) + ")"
-}
-
-// MarshalText returns "open" or "closed".
-func (f FailPolicy) MarshalText() ([]byte, error) {
-	if int(f) >= len(failNames) {
-		return nil, fmt.Errorf("httplimit: FailPolicy %d is unknown", f)
-	}
-	return []byte(failNames[f]), nil
-}
-
-// UnmarshalText parses "open" or "closed".
-func (f *FailPolicy) UnmarshalText(text []byte) error {
-	for i, name := range failNames {
-		if string(text) == name {
-			*f = FailPolicy(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("httplimit: unknown fail policy %q, want open or closed", text)
-}
-
 // defaultLimit is Config.Limit's default.
 var defaultLimit = core.PerSecond(10)
 
@@ -243,7 +202,7 @@ func New(cfg Config) (*Policy, error) {
 	p := &Policy{
 		limiter: cfg.Limiter, limit: cfg.Limit, limitFunc: cfg.LimitFunc, name: cfg.Name, key: cfg.Key,
 		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, settle: cfg.Settle, headers: cfg.Headers,
-		fail: cfg.Fail, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observers: cfg.Observers,
+		failClosed: cfg.FailClosed, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observers: cfg.Observers,
 	}
 	if p.limit == (core.Limit{}) {
 		p.limit = defaultLimit
@@ -304,9 +263,6 @@ func New(cfg Config) (*Policy, error) {
 			}
 			p.headers[i] = f
 		}
-	}
-	if int(p.fail) >= len(failNames) {
-		return nil, fmt.Errorf("httplimit: Config.Fail %d is unknown", p.fail)
 	}
 	if p.maxWait < 0 {
 		return nil, fmt.Errorf("httplimit: Config.MaxWait must be >= 0, got %v", p.maxWait)

@@ -226,11 +226,11 @@ func TestFallbackShareBelowOneUnitBounded(t *testing.T) {
 	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 10, Period: time.Minute}
 	mr.SetError("MASTERDOWN Link with MASTER is down")
 	for _, c := range []struct {
-		fail   FailPolicy
-		served int
-	}{{FailOpen, 1}, {FailClosed, 0}} {
+		failClosed bool
+		served     int
+	}{{false, 1}, {true, 0}} {
 		l := newLimiter(t, rdb, core.WithLocalFallback(20, 16), core.WithBreaker(0, 0))
-		p := mustNew(t, Config{Limiter: l, Limit: limit, Fail: c.fail})
+		p := mustNew(t, Config{Limiter: l, Limit: limit, FailClosed: c.failClosed})
 		served := 0
 		for range 100 {
 			if d, _ := decide(p, from("192.0.2.45")); d.Proceed() {
@@ -238,7 +238,7 @@ func TestFallbackShareBelowOneUnitBounded(t *testing.T) {
 			}
 		}
 		if served != c.served {
-			t.Errorf("%v: %d of 100 served with Redis down, want %d (a unit per 20 x 1m / 10)", c.fail, served, c.served)
+			t.Errorf("fail closed %v: %d of 100 served with Redis down, want %d (a unit per 20 x 1m / 10)", c.failClosed, served, c.served)
 		}
 	}
 }

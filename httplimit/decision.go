@@ -26,7 +26,7 @@ const (
 	OutcomeFailedOpen
 	// OutcomeFailedClosed: the Limiter failed under FailClosed, or could
 	// not decide for a reason that is not Redis' (a cost or Limit that can
-	// never pass, a closed Limiter), whatever the FailPolicy; 503.
+	// never pass, a closed Limiter), failing open or closed; 503.
 	OutcomeFailedClosed
 	// OutcomeCanceled: the request's context ended during the decision or
 	// while it waited for its LeakyBucket delay; nobody is there to answer.

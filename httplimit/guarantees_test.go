@@ -119,7 +119,7 @@ func TestInFlightRenewedWhileHandlerRuns(t *testing.T) {
 // Redis up, takes the only permit, and a third is refused for it.
 func TestInFlightFailOpenServesWithoutPermit(t *testing.T) {
 	mr, _, l := mini(t)
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, Fail: FailOpen})
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1})
 	mr.SetError("MASTERDOWN Link with MASTER is down")
 	open := p.Decide(from("192.0.2.1"))
 	if open.Outcome != OutcomeFailedOpen || !open.Proceed() {

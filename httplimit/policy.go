@@ -31,7 +31,7 @@ type Policy struct {
 	countIf      func(int) bool
 	settle       bool
 	headers      Headers
-	fail         FailPolicy
+	failClosed   bool
 	dryRun       bool
 	maxWait      time.Duration
 	observers    []Observer
@@ -111,10 +111,10 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 			// closed Limiter): serving it would let a huge or negative cost
 			// through, or every request once the Limiter is closed.
 			d.Err, d.Outcome = err, OutcomeFailedClosed
-			if p.fail == FailOpen && errors.Is(err, core.ErrUnavailable) {
+			if !p.failClosed && errors.Is(err, core.ErrUnavailable) {
 				d.Outcome = OutcomeFailedOpen
 			}
-		case p.fail == FailClosed && d.Result.Fallback:
+		case p.failClosed && d.Result.Fallback:
 			// Redis did not decide: FailClosed refuses what the local
 			// fallback would have served.
 			d.Err, d.Outcome = errFallbackClosed, OutcomeFailedClosed

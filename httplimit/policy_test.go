@@ -348,7 +348,7 @@ func TestInvalidCostFailsClosed(t *testing.T) {
 			mr, _, l := mini(t)
 			var obs observed
 			cfg := Config{Limiter: l, Limit: core.PerSecond(10), Layers: tt.layers,
-				Fail: FailOpen, Cost: func(Request) int { return tt.cost }, Observers: []Observer{&obs}}
+				Cost: func(Request) int { return tt.cost }, Observers: []Observer{&obs}}
 			if tt.limitFn != nil {
 				cfg.LimitFunc = func(r Request, _ string) (core.Limit, bool) { return tt.limitFn(r) }
 			}
@@ -513,7 +513,7 @@ func TestRedisFault(t *testing.T) {
 // fail closed, without a Retry-After.
 func TestDryRunNeverBlocks(t *testing.T) {
 	mr, _, l := mini(t)
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerSecond(1), Fail: FailClosed, DryRun: true})
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerSecond(1), FailClosed: true, DryRun: true})
 	mr.Close()
 	d := p.Decide(from("192.0.2.1"))
 	if d.Outcome != OutcomeFailedClosed || !d.Proceed() || d.Status() != 0 {
@@ -642,7 +642,6 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Limiter: l, InFlight: 2, InFlightLease: -time.Second}, "Config.InFlightLease"},
 		{Config{Limiter: l, InFlight: 2, Layers: eight[:7]}, "at most 6 Limits beside"},
 		{Config{Limiter: l, Headers: Headers{nil}}, "Config.Headers[0]"},
-		{Config{Limiter: l, Fail: 7}, "Config.Fail"},
 		{Config{Limiter: l, MaxWait: -time.Second}, "Config.MaxWait"},
 	} {
 		if p, err := New(tt.cfg); err == nil || p != nil || !strings.Contains(err.Error(), tt.want) {
@@ -682,13 +681,6 @@ func TestText(t *testing.T) {
 	}
 	if _, err := (Headers{XRateLimit{Limit: "L"}}).MarshalText(); err == nil {
 		t.Error("renamed headers marshaled to text")
-	}
-	var f FailPolicy
-	if err := f.UnmarshalText([]byte("closed")); err != nil || f != FailClosed || f.String() != "closed" {
-		t.Errorf("FailPolicy closed: %v, %v", f, err)
-	}
-	if err := f.UnmarshalText([]byte("ajar")); err == nil {
-		t.Error(`FailPolicy.UnmarshalText("ajar"): no error`)
 	}
 	if b, err := OutcomeNoKey.MarshalText(); err != nil || string(b) != "no_key" {
 		t.Errorf("OutcomeNoKey.MarshalText = %q, %v", b, err)

@@ -116,7 +116,7 @@ func (r *renewal) lapsed() {
 	if why == nil {
 		why = errors.New("no renewal answered")
 	}
-	if r.p.fail == FailClosed {
+	if r.p.failClosed {
 		r.lose(fmt.Errorf("%w: not renewed within its %v lease: %w", ErrPermitLost, r.lease, why))
 		return
 	}

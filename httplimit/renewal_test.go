@@ -75,7 +75,7 @@ func (c *scriptCalls) next(t *testing.T, limit time.Duration, what string) error
 // on one miniredis whose clock stands still unless the test moves it (at),
 // and the hook on the first instance's client, which reports its script
 // calls and can cut its link.
-func inflightFleet(t *testing.T, lease time.Duration, fail FailPolicy) (p1 *Policy, calls *scriptCalls, p2 *Policy, at func(time.Duration)) {
+func inflightFleet(t *testing.T, lease time.Duration, failClosed bool) (p1 *Policy, calls *scriptCalls, p2 *Policy, at func(time.Duration)) {
 	mr, _ := redistest.Mini(t)
 	prefix := prefixOf(t)
 	calls = &scriptCalls{calls: make(chan error, 64)}
@@ -87,7 +87,7 @@ func inflightFleet(t *testing.T, lease time.Duration, fail FailPolicy) (p1 *Poli
 			rdb.AddHook(calls)
 		}
 		l := newLimiter(t, rdb, core.WithPrefix(prefix), core.WithBreaker(0, 0))
-		policies[i] = mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, InFlightLease: lease, Fail: fail})
+		policies[i] = mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, InFlightLease: lease, FailClosed: failClosed})
 	}
 	at = func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
 	return policies[0], calls, policies[1], at
@@ -114,7 +114,7 @@ func admit(t *testing.T, p *Policy, what string) (Decision, context.Context) {
 // second.
 func TestInFlightLapsedPermitWithoutRoomCancelsContext(t *testing.T) {
 	const lease = 400 * time.Millisecond
-	p, calls, other, at := inflightFleet(t, lease, FailClosed)
+	p, calls, other, at := inflightFleet(t, lease, true)
 	first, ctx := admit(t, p, "first request")
 	_ = calls.next(t, time.Second, "the take")
 	at(time.Second) // the first permit lapsed, in Redis' eyes
@@ -140,7 +140,7 @@ func TestInFlightLapsedPermitWithoutRoomCancelsContext(t *testing.T) {
 // first handler's context runs on until Finish ends it.
 func TestInFlightLapsedPermitWithRoomIsTakenAgain(t *testing.T) {
 	const lease = 400 * time.Millisecond
-	p, calls, other, at := inflightFleet(t, lease, FailClosed)
+	p, calls, other, at := inflightFleet(t, lease, true)
 	first, ctx := admit(t, p, "first request")
 	_ = calls.next(t, time.Second, "the take")
 	at(time.Second) // the permit lapsed, and nobody took its place
@@ -165,7 +165,7 @@ func TestInFlightLapsedPermitWithRoomIsTakenAgain(t *testing.T) {
 // not half a lease later, when the permit would have lapsed.
 func TestInFlightFailedRenewalRetriedWithinLease(t *testing.T) {
 	const lease = time.Second
-	p, calls, _, _ := inflightFleet(t, lease, FailClosed)
+	p, calls, _, _ := inflightFleet(t, lease, true)
 	taken := time.Now()
 	first, ctx := admit(t, p, "first request")
 	_ = calls.next(t, time.Second, "the take")
@@ -197,7 +197,7 @@ func TestInFlightFailedRenewalRetriedWithinLease(t *testing.T) {
 func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 	const lease = 400 * time.Millisecond
 	t.Run("closed", func(t *testing.T) {
-		p, calls, _, _ := inflightFleet(t, lease, FailClosed)
+		p, calls, _, _ := inflightFleet(t, lease, true)
 		taken := time.Now()
 		first, ctx := admit(t, p, "first request")
 		_ = calls.next(t, time.Second, "the take")
@@ -216,7 +216,7 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 		first.Finish(http.StatusOK)
 	})
 	t.Run("open", func(t *testing.T) {
-		p, calls, other, at := inflightFleet(t, lease, FailOpen)
+		p, calls, other, at := inflightFleet(t, lease, false)
 		first, ctx := admit(t, p, "first request")
 		_ = calls.next(t, time.Second, "the take")
 		calls.cut("link cut")
@@ -245,7 +245,7 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 // the key's requests still running" (Policy.Reset): before, a Reset let a
 // second request in beside a running one under InFlight(1).
 func TestResetKeepsInFlightPermits(t *testing.T) {
-	p, _, other, _ := inflightFleet(t, time.Minute, FailClosed)
+	p, _, other, _ := inflightFleet(t, time.Minute, true)
 	first, _ := admit(t, p, "first request")
 	if err := p.Reset(from("192.0.2.1")); err != nil {
 		t.Fatal(err)

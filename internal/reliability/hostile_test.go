@@ -317,18 +317,18 @@ func TestInvalidCosts(t *testing.T) {
 			t.Errorf("%v: Allow(n=-1) under two Rules: %v, want core.ErrInvalidCost", a, err)
 		}
 	}
-	for _, fail := range []httplimit.FailPolicy{httplimit.FailOpen, httplimit.FailClosed} {
+	for _, failClosed := range []bool{false, true} {
 		for _, dry := range []bool{false, true} {
 			for _, n := range costs {
-				pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: limit, Fail: fail, DryRun: dry,
+				pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: limit, FailClosed: failClosed, DryRun: dry,
 					Cost: func(httplimit.Request) int { return n }})
 				d := pol.Decide(request{remote: "192.0.2.1:1"})
 				// A dry run enforces nothing, by design: it reports the
 				// refusal (outcome and error) but serves the request, so a
 				// buggy cost function cannot break traffic during a rollout.
 				if d.Proceed() != dry || d.Outcome != httplimit.OutcomeFailedClosed || !errors.Is(d.Err, core.ErrInvalidCost) {
-					t.Errorf("fail %v, dry run %v, cost %d: Proceed() = %v, outcome %v, err %v; want failed_closed with core.ErrInvalidCost, served only in a dry run",
-						fail, dry, n, d.Proceed(), d.Outcome, d.Err)
+					t.Errorf("fail closed %v, dry run %v, cost %d: Proceed() = %v, outcome %v, err %v; want failed_closed with core.ErrInvalidCost, served only in a dry run",
+						failClosed, dry, n, d.Proceed(), d.Outcome, d.Err)
 				}
 			}
 		}
