@@ -24,7 +24,7 @@ func TestStackedRefusalsTakeTheLongestWait(t *testing.T) {
 	r := from("198.51.100.7")
 	for _, p := range []*Policy{minute, hour} {
 		if d := p.Decide(r); !d.Proceed() {
-			t.Fatalf("%s: the first request is refused: %v", p.Name(), d.Outcome)
+			t.Fatalf("%s: the first request is refused: %v", p.name, d.Outcome)
 		}
 	}
 	dm, dh := minute.Decide(r), hour.Decide(r) // the minute refuses (60s); the hour admits, 0 left

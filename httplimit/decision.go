@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -12,7 +11,7 @@ import (
 	"github.com/redlimit/redlimit/core"
 )
 
-// Outcome is what a request gets from a Decision. Its text form is its
+// Outcome is what a request gets from a Decision. String is its
 // snake_case name, as the metrics label it.
 type Outcome uint8
 
@@ -57,14 +56,6 @@ func (o Outcome) String() string {
 		return outcomeNames[o]
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
-
-// MarshalText returns the outcome's snake_case name.
-func (o Outcome) MarshalText() ([]byte, error) {
-	if int(o) >= len(outcomeNames) {
-		return nil, fmt.Errorf("httplimit: Outcome %d is unknown", o)
-	}
-	return []byte(outcomeNames[o]), nil
 }
 
 // Decision is a Policy's answer for one request.
@@ -295,7 +286,7 @@ type HeaderWriter interface {
 func (d *Decision) WriteHeaders(h HeaderWriter) {
 	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight) {
 		for _, s := range d.policy.headers {
-			s.WriteHeaders(h, d)
+			s.writeHeaders(h, d)
 		}
 	}
 	if s := d.RetryAfter(); s > 0 {

@@ -46,7 +46,7 @@ func TestOpenAIStrictestPolicy(t *testing.T) {
 			d.WriteHeaders(h)
 		}
 		if got := h.Get("x-ratelimit-limit-requests"); got != "5" {
-			t.Errorf("order %s first: x-ratelimit-limit-requests = %q, want the strict Policy's 5", order[0].Name(), got)
+			t.Errorf("order %s first: x-ratelimit-limit-requests = %q, want the strict Policy's 5", order[0].name, got)
 		}
 	}
 }

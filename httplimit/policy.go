@@ -39,9 +39,6 @@ type Policy struct {
 	losses       *lossLog     // InFlight permits lost while their requests ran
 }
 
-// Name is the Policy's name (Config.Name).
-func (p *Policy) Name() string { return p.name }
-
 // WithKey returns a copy of p that keys requests with key: for adapters
 // whose framework has a key hook of its own (Fiber's KeyGenerator, Echo's
 // IdentifierExtractor).
@@ -92,7 +89,7 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	}
 	if err != nil {
 		d.Err, d.Outcome = err, OutcomeNoKey
-		if errors.Is(err, ErrNoRoute) && p.noRoute.CompareAndSwap(false, true) {
+		if errors.Is(err, errNoRoute) && p.noRoute.CompareAndSwap(false, true) {
 			if log := p.limiter.Logger(); log != nil {
 				log.Warn("redlimit: KeyByRoute found no route: the middleware runs before routing, so every request is refused as unkeyable",
 					"policy", p.name, "fix", "mount it on the routes (chi: r.With(mw), r.Group; net/http: wrap each handler)")
