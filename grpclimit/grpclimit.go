@@ -108,30 +108,22 @@ func (c *config) serve(ctx context.Context, method string, out sink, next func(c
 	} else {
 		defer f.end()
 	}
-	d := c.policy.Decide(&request{ctx: ctx, method: method})
-	f.write(&d)
-	if !d.Proceed() {
-		f.end() // the trailers are set before the deny handler runs
-		if c.deny != nil {
-			if err := c.deny(ctx, d); err != nil {
-				return err
-			}
-		}
-		return Status(d).Err()
+	var err error
+	d := c.policy.Serve(&request{ctx: ctx, method: method}, f, func(ctx context.Context, _ bool) int {
+		err = next(ctx, owned)
+		return httpStatus(status.Code(err))
+	})
+	if d.Proceed() {
+		return err
 	}
-	if !d.WantsFinish() {
-		return next(ctx, owned)
-	}
-	finished := false
-	defer func() {
-		if !finished { // the handler panicked: it failed
-			d.Finish(http.StatusInternalServerError)
+	f.refuse()
+	f.end() // the trailers are set before the deny handler runs
+	if c.deny != nil {
+		if err := c.deny(ctx, d); err != nil {
+			return err
 		}
-	}()
-	err := next(d.Attach(ctx), owned)
-	finished = true
-	d.Finish(httpStatus(status.Code(err)))
-	return err
+	}
+	return Status(d).Err()
 }
 
 // serverStream is the handler's stream: its context carries the decision
@@ -227,8 +219,10 @@ func httpStatus(code codes.Code) int {
 func Check(ctx context.Context, p *httplimit.Policy, n int) error {
 	method, _ := grpc.Method(ctx)
 	f, ctx, shared := fieldsOf(ctx, unarySink(ctx))
-	d := p.DecideN(&request{ctx: ctx, method: method}, n)
-	f.write(&d)
+	d := p.Check(&request{ctx: ctx, method: method}, f, n)
+	if !d.Proceed() {
+		f.refuse()
+	}
 	if !shared {
 		f.end()
 	}

@@ -68,7 +68,7 @@ type Config struct {
 	// lapsed takes it again if the key has room. A permit that cannot be
 	// kept (the key is full; or, failing closed, Redis did not answer
 	// before the lease ran out, less an eighth of it, 250ms at most) is
-	// lost: the handler's context (Decision.Attach) is cancelled with the
+	// lost: the handler's context (served by Policy.Serve) is cancelled with the
 	// cause ErrPermitLost, logged, and the request counts no more. So while
 	// Redis answers, no more than InFlight handlers of a key run at once,
 	// provided they stop when their context ends. Failing open, a request

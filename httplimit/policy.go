@@ -48,17 +48,6 @@ func (p *Policy) WithKey(key KeyFunc) *Policy {
 	return &c
 }
 
-// Decide decides r at the cost Config.Cost says (1 by default) and, for an
-// admitted LeakyBucket request, waits out its Delay (or until r's context
-// ends).
-func (p *Policy) Decide(r Request) Decision { return p.decideRequest(r, 0, false) }
-
-// DecideN is Decide at cost n: from inside a handler, for limits that
-// depend on what the request holds (see each adapter's Check). It takes
-// no InFlight permit: nothing would give it back when the request ends,
-// and the Policy's middleware holds the request's own.
-func (p *Policy) DecideN(r Request, n int) Decision { return p.decideRequest(r, n, true) }
-
 // decideRequest is every request's one path: the key first, so that a
 // request that cannot be keyed calls no hook of the user's and costs Redis
 // nothing; then the cost (n, or Config.Cost when n is 0) and the Limit
@@ -142,7 +131,7 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 }
 
 // rules are what a request is decided under: its key's Limit and Layers,
-// the Scopes, and last the key's InFlight permit (not for DecideN, which
+// the Scopes, and last the key's InFlight permit (not for Check, which
 // takes none). The key's own come first: on a Cluster, where keys in other
 // slots are decided one slot after another, the Scopes (a ceiling shared
 // by everyone) are asked only for requests the key admits.

@@ -11,7 +11,7 @@ import (
 )
 
 // ErrPermitLost is the cause (context.Cause) with which the context a
-// handler is served with (see Decision.Attach) is cancelled when its
+// handler is served with (by Policy.Serve) is cancelled when its
 // request's InFlight permit is lost: it lapsed and the key is full, or,
 // failing closed, Redis could not renew it before its lease ran out. The
 // request no longer counts against Config.InFlight, so it should stop:

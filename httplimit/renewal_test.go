@@ -97,11 +97,11 @@ func inflightFleet(t *testing.T, lease time.Duration, failClosed bool) (p1 *Poli
 // returns it with the context its handler gets.
 func admit(t *testing.T, p *Policy, what string) (Decision, context.Context) {
 	t.Helper()
-	d := p.Decide(from("192.0.2.1"))
-	if d.Outcome != OutcomeAllowed || !d.WantsFinish() {
+	d := p.testDecide(from("192.0.2.1"))
+	if d.Outcome != OutcomeAllowed || !d.wantsFinish() {
 		t.Fatalf("%s: %v (err %v), want allowed with a permit", what, d.Outcome, d.Err)
 	}
-	return d, d.Attach(context.Background())
+	return d, d.attach(context.Background())
 }
 
 // TestInFlightLapsedPermitWithoutRoomCancelsContext guards "A permit that
@@ -127,11 +127,11 @@ func TestInFlightLapsedPermitWithoutRoomCancelsContext(t *testing.T) {
 	if cause := context.Cause(ctx); !errors.Is(cause, ErrPermitLost) {
 		t.Errorf("cause %v, want ErrPermitLost", cause)
 	}
-	second.Finish(http.StatusOK)
+	second.finish(http.StatusOK)
 	// The first handler still runs, and holds nothing.
 	third, _ := admit(t, other, "a request once the second ended")
-	third.Finish(http.StatusOK)
-	first.Finish(http.StatusOK)
+	third.finish(http.StatusOK)
+	first.finish(http.StatusOK)
 }
 
 // TestInFlightLapsedPermitWithRoomIsTakenAgain guards "one that finds its
@@ -147,13 +147,13 @@ func TestInFlightLapsedPermitWithRoomIsTakenAgain(t *testing.T) {
 	if err := calls.next(t, 10*lease, "the renewal"); err != nil {
 		t.Fatalf("renewal: %v", err)
 	}
-	if d := other.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+	if d := other.testDecide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("a request after the renewal: %v (err %v), want %v: the renewal took the permit again", d.Outcome, d.Err, OutcomeInFlight)
 	}
 	if ctx.Err() != nil {
 		t.Errorf("the handler's context ended (%v) though its permit was taken again", context.Cause(ctx))
 	}
-	first.Finish(http.StatusOK)
+	first.finish(http.StatusOK)
 	if ctx.Err() == nil || context.Cause(ctx) != context.Canceled {
 		t.Errorf("after Finish the context is %v (cause %v), want canceled: it ends with the handler", ctx.Err(), context.Cause(ctx))
 	}
@@ -183,7 +183,7 @@ func TestInFlightFailedRenewalRetriedWithinLease(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Errorf("the handler's context ended (%v) after one failed renewal", context.Cause(ctx))
 	}
-	first.Finish(http.StatusOK)
+	first.finish(http.StatusOK)
 }
 
 // TestInFlightUnrenewedPermitFollowsFailPolicy guards "failing closed,
@@ -213,7 +213,7 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 		if cause := context.Cause(ctx); !errors.Is(cause, ErrPermitLost) || !strings.Contains(cause.Error(), "link cut") {
 			t.Errorf("cause %v, want ErrPermitLost naming the Redis error", cause)
 		}
-		first.Finish(http.StatusOK)
+		first.finish(http.StatusOK)
 	})
 	t.Run("open", func(t *testing.T) {
 		p, calls, other, at := inflightFleet(t, lease, false)
@@ -236,8 +236,8 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 		if cause := context.Cause(ctx); !errors.Is(cause, ErrPermitLost) || !strings.Contains(cause.Error(), "full") {
 			t.Errorf("cause %v, want ErrPermitLost: the key is full", cause)
 		}
-		second.Finish(http.StatusOK)
-		first.Finish(http.StatusOK)
+		second.finish(http.StatusOK)
+		first.finish(http.StatusOK)
 	})
 }
 
@@ -250,8 +250,8 @@ func TestResetKeepsInFlightPermits(t *testing.T) {
 	if err := p.Reset(from("192.0.2.1")); err != nil {
 		t.Fatal(err)
 	}
-	if d := other.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+	if d := other.testDecide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("a request after Reset, the first still running: %v (err %v), want %v", d.Outcome, d.Err, OutcomeInFlight)
 	}
-	first.Finish(http.StatusOK)
+	first.finish(http.StatusOK)
 }

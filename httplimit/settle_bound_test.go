@@ -46,10 +46,10 @@ func TestSettleHugeReportIsCharged(t *testing.T) {
 				})
 				admitted := 0
 				for range 20 {
-					d := p.Decide(from("192.0.2.1"))
+					d := p.testDecide(from("192.0.2.1"))
 					if d.Proceed() {
 						admitted++
-						d.Finish(http.StatusOK)
+						d.finish(http.StatusOK)
 					}
 				}
 				if admitted != 0 {
