@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Outcome is what a request gets from a Decision. String is its
@@ -38,22 +39,10 @@ const (
 	OutcomeInFlight
 )
 
-var outcomeNames = [...]string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key", "in_flight"}
-
-// Outcomes lists every Outcome, in order (OutcomeAllowed first): for
-// metrics that describe or pre-create one series per outcome.
-func Outcomes() []Outcome {
-	out := make([]Outcome, len(outcomeNames))
-	for i := range out {
-		out[i] = Outcome(i)
-	}
-	return out
-}
-
 // String returns the outcome's snake_case name.
 func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
+	if int(o) < len(observe.Outcomes) {
+		return observe.Outcomes[o]
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
 }

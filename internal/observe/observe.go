@@ -35,3 +35,8 @@ func Of(ctx context.Context) (name string, byPolicy bool) {
 // that a caller marks its context only when someone reads the mark. Set by
 // package core.
 var Observed = func(limiter any) bool { return false }
+
+// Outcomes are the names of httplimit's Outcomes, in order (Outcome(i) is
+// Outcomes[i]): httplimit's String, and the label values the metrics
+// packages create a series for each of.
+var Outcomes = []string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key", "in_flight"}
