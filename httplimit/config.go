@@ -204,37 +204,14 @@ func New(cfg Config) (*Policy, error) {
 		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, settle: cfg.Settle, headers: cfg.Headers,
 		failClosed: cfg.FailClosed, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observers: cfg.Observers,
 	}
-	if p.limit == (core.Limit{}) {
-		p.limit = defaultLimit
+	if p.maxWait < 0 {
+		return nil, fmt.Errorf("httplimit: Config.MaxWait must be >= 0, got %v", p.maxWait)
 	}
-	if err := p.limit.Validate(); err != nil {
-		return nil, fmt.Errorf("httplimit: Config.Limit: %w", err)
-	}
-	if most := 7 - min(1, max(0, cfg.InFlight)) - len(cfg.Scopes); len(cfg.Layers) > most {
-		return nil, fmt.Errorf("httplimit: Config.Layers and Config.Scopes: at most %d Limits beside Config.Limit and InFlight, got %d", 7-min(1, max(0, cfg.InFlight)), len(cfg.Layers)+len(cfg.Scopes))
-	}
-	for i, l := range cfg.Layers {
-		if err := l.Validate(); err != nil {
-			return nil, fmt.Errorf("httplimit: Config.Layers[%d]: %w", i, err)
-		}
-		p.layers = append(p.layers, p.capWait(l))
-	}
-	if err := errors.Join(p.scopesOf(cfg.Scopes), checkObservers(cfg.Observers)); err != nil {
+	if err := p.limitsOf(cfg); err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.InFlight < 0:
-		return nil, fmt.Errorf("httplimit: Config.InFlight must be >= 0, got %d", cfg.InFlight)
-	case cfg.InFlightLease < 0:
-		return nil, fmt.Errorf("httplimit: Config.InFlightLease must be >= 0, got %v", cfg.InFlightLease)
-	case cfg.InFlight > 0:
-		p.inflight = core.InFlight(cfg.InFlight)
-		if cfg.InFlightLease > 0 {
-			p.inflight.Period = cfg.InFlightLease
-		}
-		if err := p.inflight.Validate(); err != nil {
-			return nil, fmt.Errorf("httplimit: Config.InFlight: %w", err)
-		}
+	if err := errors.Join(p.scopesOf(cfg.Scopes), checkObservers(cfg.Observers), p.headersOf()); err != nil {
+		return nil, err
 	}
 	if p.name == "" {
 		p.name = "http"
@@ -245,28 +222,6 @@ func New(cfg Config) (*Policy, error) {
 	if p.key == nil {
 		p.key = defaultKey
 	}
-	if p.headers == nil {
-		p.headers = Headers{XRateLimit{}}
-	}
-	// A copy: the caller's slice may change after New.
-	p.headers = slices.Clone(p.headers)
-	for i, h := range p.headers {
-		switch h := h.(type) {
-		case nil:
-			return nil, fmt.Errorf("httplimit: Config.Headers[%d] is nil", i)
-		case XRateLimit:
-			p.headers[i] = h.canonical()
-		case OpenAI:
-			f, err := h.fields()
-			if err != nil {
-				return nil, err
-			}
-			p.headers[i] = f
-		}
-	}
-	if p.maxWait < 0 {
-		return nil, fmt.Errorf("httplimit: Config.MaxWait must be >= 0, got %v", p.maxWait)
-	}
 	p.quotedName = strconv.Quote(strings.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e {
 			return '_'
@@ -276,6 +231,65 @@ func New(cfg Config) (*Policy, error) {
 	p.noRoute = new(atomic.Bool)
 	p.losses = new(lossLog)
 	return p, nil
+}
+
+// limitsOf checks the key's own Limits (Config.Limit, Layers, InFlight
+// and InFlightLease) and compiles them into p.
+func (p *Policy) limitsOf(cfg Config) error {
+	if p.limit == (core.Limit{}) {
+		p.limit = defaultLimit
+	}
+	if err := p.limit.Validate(); err != nil {
+		return fmt.Errorf("httplimit: Config.Limit: %w", err)
+	}
+	if most := 7 - min(1, max(0, cfg.InFlight)) - len(cfg.Scopes); len(cfg.Layers) > most {
+		return fmt.Errorf("httplimit: Config.Layers and Config.Scopes: at most %d Limits beside Config.Limit and InFlight, got %d", 7-min(1, max(0, cfg.InFlight)), len(cfg.Layers)+len(cfg.Scopes))
+	}
+	for i, l := range cfg.Layers {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("httplimit: Config.Layers[%d]: %w", i, err)
+		}
+		p.layers = append(p.layers, p.capWait(l))
+	}
+	switch {
+	case cfg.InFlight < 0:
+		return fmt.Errorf("httplimit: Config.InFlight must be >= 0, got %d", cfg.InFlight)
+	case cfg.InFlightLease < 0:
+		return fmt.Errorf("httplimit: Config.InFlightLease must be >= 0, got %v", cfg.InFlightLease)
+	case cfg.InFlight > 0:
+		p.inflight = core.InFlight(cfg.InFlight)
+		if cfg.InFlightLease > 0 {
+			p.inflight.Period = cfg.InFlightLease
+		}
+		if err := p.inflight.Validate(); err != nil {
+			return fmt.Errorf("httplimit: Config.InFlight: %w", err)
+		}
+	}
+	return nil
+}
+
+// headersOf checks Config.Headers and compiles a copy of them into p: the
+// caller's slice may change after New.
+func (p *Policy) headersOf() error {
+	if p.headers == nil {
+		p.headers = Headers{XRateLimit{}}
+	}
+	p.headers = slices.Clone(p.headers)
+	for i, h := range p.headers {
+		switch h := h.(type) {
+		case nil:
+			return fmt.Errorf("httplimit: Config.Headers[%d] is nil", i)
+		case XRateLimit:
+			p.headers[i] = h.canonical()
+		case OpenAI:
+			f, err := h.fields()
+			if err != nil {
+				return err
+			}
+			p.headers[i] = f
+		}
+	}
+	return nil
 }
 
 // scopesOf checks the Scopes and compiles them into p.

@@ -48,35 +48,12 @@ func (p *Policy) WithKey(key KeyFunc) *Policy {
 	return &c
 }
 
-// decideRequest is every request's one path: the key first, so that a
-// request that cannot be keyed calls no hook of the user's and costs Redis
-// nothing; then the cost (n, or Config.Cost when n is 0) and the Limit
-// (Config.LimitFunc), then the Limiter.
+// decideRequest is every request's one path: prepare, the Limiter, the
+// outcome, a LeakyBucket's wait, and the Observers.
 func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: p.callContext(r.Context()), inHandler: inHandler}
 	start := time.Now()
-	key, err := p.key(r)
-	if err == nil && key == "" {
-		// Never one shared bucket for every request that has no key.
-		err = errEmptyKey
-	}
-	if err == nil {
-		d.Key, d.key = key, keyspace.Policy(p.name, key)
-		d.cost = n
-		if n == 0 {
-			d.cost = 1
-			if p.cost != nil {
-				d.cost = p.cost(r)
-			}
-		}
-		if p.limitFunc != nil {
-			if l, ok := p.limitFunc(r, key); ok {
-				d.Limit = l
-			}
-		}
-		d.rules, err = p.rules(r, d.key, d.Limit, inHandler)
-	}
-	if err != nil {
+	if err := p.prepare(r, &d, n); err != nil {
 		d.Err, d.Outcome = err, OutcomeNoKey
 		if errors.Is(err, errNoRoute) && p.noRoute.CompareAndSwap(false, true) {
 			if log := p.limiter.Logger(); log != nil {
@@ -128,6 +105,36 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	}
 	p.observe(&d)
 	return d
+}
+
+// prepare is what d is decided under: the key first, so that a request
+// that cannot be keyed calls no hook of the user's and costs Redis
+// nothing; then the cost (n, or Config.Cost when n is 0), the Limit
+// (Config.LimitFunc) and the rules.
+func (p *Policy) prepare(r Request, d *Decision, n int) error {
+	key, err := p.key(r)
+	if err == nil && key == "" {
+		// Never one shared bucket for every request that has no key.
+		err = errEmptyKey
+	}
+	if err != nil {
+		return err
+	}
+	d.Key, d.key = key, keyspace.Policy(p.name, key)
+	d.cost = n
+	if n == 0 {
+		d.cost = 1
+		if p.cost != nil {
+			d.cost = p.cost(r)
+		}
+	}
+	if p.limitFunc != nil {
+		if l, ok := p.limitFunc(r, key); ok {
+			d.Limit = l
+		}
+	}
+	d.rules, err = p.rules(r, d.key, d.Limit, d.inHandler)
+	return err
 }
 
 // rules are what a request is decided under: its key's Limit and Layers,
