@@ -10,6 +10,7 @@ import (
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/clock"
 	"github.com/redlimit/redlimit/internal/keyspace"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Policy is a compiled Config: the decision step every adapter shares. It
@@ -56,7 +57,7 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	if err := p.prepare(r, &d, n); err != nil {
 		d.Err, d.Outcome = err, OutcomeNoKey
 		if errors.Is(err, errNoRoute) && p.noRoute.CompareAndSwap(false, true) {
-			if log := p.limiter.Logger(); log != nil {
+			if log := observe.Logger(p.limiter); log != nil {
 				log.Warn("redlimit: KeyByRoute found no route: the middleware runs before routing, so every request is refused as unkeyable",
 					"policy", p.name, "fix", "mount it on the routes (chi: r.With(mw), r.Group; net/http: wrap each handler)")
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // ErrPermitLost is the cause (context.Cause) with which the context a
@@ -191,7 +192,7 @@ func (l *lossLog) log(p *Policy, msg string, err error) {
 	n, all := l.n, l.all
 	l.at, l.n = now, 0
 	l.mu.Unlock()
-	if log := p.limiter.Logger(); log != nil {
+	if log := observe.Logger(p.limiter); log != nil {
 		log.Warn(msg, "policy", p.name, "err", err, "since_last_record", n, "total", all)
 	}
 }

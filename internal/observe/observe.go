@@ -5,7 +5,10 @@
 // it and fills in Observed.
 package observe
 
-import "context"
+import (
+	"context"
+	"log/slog"
+)
 
 type key struct{}
 
@@ -40,3 +43,8 @@ var Observed = func(limiter any) bool { return false }
 // Outcomes[i]): httplimit's String, and the label values the metrics
 // packages create a series for each of.
 var Outcomes = []string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key", "in_flight"}
+
+// Logger is the logger limiter (a *core.Limiter) was made with
+// (core.WithLogger), nil when logging is off: the packages built on core
+// log through it, so that one setting covers them. Set by package core.
+var Logger = func(limiter any) *slog.Logger { return nil }
