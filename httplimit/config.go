@@ -128,14 +128,11 @@ type Config struct {
 	Headers Headers
 
 	// FailClosed answers 503 with Retry-After: 1 when Redis did not decide
-	// a request (it failed, was slower than the Limiter's timeout, or the
-	// circuit was open), also where the Limiter's local fallback would have
-	// decided. By default the fallback decides (core's default: each
-	// instance its share of the limit, a bounded rule); only a Limiter made
-	// with core.WithLocalFallback(0, 0) then serves the request with no
-	// limit. Any other error is refused with 503 either way: a cost or
-	// Limit that can never pass, or a Limiter closed before the server
-	// drained. Default: false.
+	// a request (it failed, timed out, or the circuit was open), where by
+	// default the Limiter's local fallback decides (each instance its share
+	// of the limit; no limit only under core.WithLocalFallback(0, 0)). Any
+	// other error is refused with 503 either way: a cost or Limit that can
+	// never pass, or a closed Limiter. Default: false.
 	FailClosed bool
 
 	// DryRun decides, counts and sends headers but never refuses nor
