@@ -308,8 +308,3 @@ func permitID() int64 {
 	_, _ = rand.Read(b[:])
 	return int64(binary.LittleEndian.Uint64(b[:]) >> 12)
 }
-
-// Logger is the logger the Limiter was made with (WithLogger), nil when
-// logging is off: for the packages built on it, so that one setting
-// covers them.
-func (l *Limiter) Logger() *slog.Logger { return l.log() }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,6 +94,12 @@ func init() {
 	observe.Observed = func(limiter any) bool {
 		l, ok := limiter.(*Limiter)
 		return ok && l.observers.list.Load() != nil
+	}
+	observe.Logger = func(limiter any) *slog.Logger {
+		if l, ok := limiter.(*Limiter); ok {
+			return l.log()
+		}
+		return nil
 	}
 }
 

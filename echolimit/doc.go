@@ -22,8 +22,8 @@
 // response carries the quota: every decision is httplimit's (see
 // httplimit.Policy), and this package only reads the echo.Context and
 // writes the decision back, so the responses, headers, keys and client IPs
-// are those the httplimit documentation describes. Check, Reset and
-// ReportCost (for httplimit.Config.Settle) work from inside a handler. The
+// are those the httplimit documentation describes. Check and Reset,
+// and httplimit.Policy.ReportCost, work from inside a handler. The
 // repository's examples/echo is a complete server.
 //
 // # Client IPs

@@ -1,6 +1,7 @@
 package echolimit
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"sync"
@@ -65,39 +66,29 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 				return next(c)
 			}
 			q := wrap(c)
-			d := p.Decide(q)
-			q.release()
-			if proceed, err := config.answer(c, &d); !proceed {
-				return err
-			}
-			if !d.WantsFinish() {
-				return next(c)
-			}
-			req := c.Request()
-			if ctx := d.Attach(req.Context()); ctx != req.Context() {
-				c.SetRequest(req.WithContext(ctx))
-				// Attach's context ends with Finish: what runs after this
-				// middleware gets the request it passed in.
-				defer c.SetRequest(req)
-			}
-			finished := false
-			defer func() {
-				if !finished { // the handler panicked: it failed
-					d.Finish(http.StatusInternalServerError)
+			defer q.release()
+			var err error
+			d := p.Serve(q, c.Response().Header(), func(ctx context.Context, _ bool) int {
+				if req := c.Request(); ctx != req.Context() {
+					c.SetRequest(req.WithContext(ctx))
+					// Serve's context ends with the handler: what runs after
+					// this middleware gets the request it passed in.
+					defer c.SetRequest(req)
 				}
-			}()
-			err := next(c)
-			finished = true
-			d.Finish(status(c, err))
+				err = next(c)
+				return status(c, err)
+			})
+			if proceed, aerr := config.answer(c, &d); !proceed {
+				return aerr
+			}
 			return err
 		}
 	}, nil
 }
 
-// answer writes d's headers and, when the request does not proceed, its
-// answer; it reports whether the request proceeds.
+// answer writes the answer to a request d does not let proceed, and
+// reports whether it proceeds.
 func (config *Config) answer(c echo.Context, d *httplimit.Decision) (bool, error) {
-	d.WriteHeaders(c.Response().Header())
 	switch {
 	case d.Proceed():
 		return true, nil
@@ -154,7 +145,7 @@ func DenyWithHTTPError(_ echo.Context, d httplimit.Decision) error {
 // request may not go on, the answer (429, ...).
 func Check(c echo.Context, p *httplimit.Policy, n int) (bool, error) {
 	q := wrap(c)
-	d := p.DecideN(q, n)
+	d := p.Check(q, c.Response().Header(), n)
 	q.release()
 	return (&Config{}).answer(c, &d)
 }
@@ -165,13 +156,6 @@ func Reset(c echo.Context, p *httplimit.Policy) error {
 	q := wrap(c)
 	defer q.release()
 	return p.Reset(q)
-}
-
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(c echo.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(c.Request().Context(), p, units)
 }
 
 // requests recycles the wrappers of echo.Context: an interface is two

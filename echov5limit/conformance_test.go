@@ -77,7 +77,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	e.GET("/login", func(c *echo.Context) error { return c.String(http.StatusUnauthorized, "bad password") }, mws...)
 	e.GET("/spend", func(c *echo.Context) error {
 		n, _ := strconv.Atoi(c.Request().Header.Get("X-Used"))
-		if !echov5limit.ReportCost(c, first, n) {
+		if !first.ReportCost(c.Request().Context(), n) {
 			return c.String(http.StatusOK, "unsettled")
 		}
 		return c.String(http.StatusOK, "ok")

@@ -20,8 +20,8 @@
 // every decision is httplimit's (see httplimit.Policy), and this package
 // only reads the *echo.Context and writes the decision back, so the
 // responses, headers, keys and client IPs are those the httplimit
-// documentation describes. Check, Reset and ReportCost (for
-// httplimit.Config.Settle) work from inside a handler. The repository's
+// documentation describes. Check and Reset, and
+// httplimit.Policy.ReportCost, work from inside a handler. The repository's
 // examples/echov5 is a complete server.
 //
 // The default key is the peer's address; behind a reverse proxy, give

@@ -1,6 +1,7 @@
 package echov5limit
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -63,39 +64,29 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 			if config.Skipper != nil && config.Skipper(c) {
 				return next(c)
 			}
-			d := p.Decide(request{c})
-			if proceed, err := config.answer(c, &d); !proceed {
-				return err
-			}
-			if !d.WantsFinish() {
-				return next(c)
-			}
-			req := c.Request()
-			if ctx := d.Attach(req.Context()); ctx != req.Context() {
-				c.SetRequest(req.WithContext(ctx))
-				// Attach's context ends with Finish: what runs after this
-				// middleware gets the request it passed in.
-				defer c.SetRequest(req)
-			}
-			finished := false
-			defer func() {
-				if !finished { // the handler panicked: it failed
-					d.Finish(http.StatusInternalServerError)
+			var err error
+			d := p.Serve(request{c}, c.Response().Header(), func(ctx context.Context, _ bool) int {
+				if req := c.Request(); ctx != req.Context() {
+					c.SetRequest(req.WithContext(ctx))
+					// Serve's context ends with the handler: what runs after
+					// this middleware gets the request it passed in.
+					defer c.SetRequest(req)
 				}
-			}()
-			err := next(c)
-			finished = true
-			_, status := echo.ResolveResponseStatus(c.Response(), err)
-			d.Finish(status)
+				err = next(c)
+				_, status := echo.ResolveResponseStatus(c.Response(), err)
+				return status
+			})
+			if proceed, aerr := config.answer(c, &d); !proceed {
+				return aerr
+			}
 			return err
 		}
 	}, nil
 }
 
-// answer writes d's headers and, when the request does not proceed, its
-// answer; it reports whether the request proceeds.
+// answer writes the answer to a request d does not let proceed, and
+// reports whether it proceeds.
 func (config *Config) answer(c *echo.Context, d *httplimit.Decision) (bool, error) {
-	d.WriteHeaders(c.Response().Header())
 	switch {
 	case d.Proceed():
 		return true, nil
@@ -132,7 +123,7 @@ func DenyWithHTTPError(_ *echo.Context, d httplimit.Decision) error {
 // the rows it asks for); it writes the rate-limit headers and, when the
 // request may not go on, the answer (429, ...).
 func Check(c *echo.Context, p *httplimit.Policy, n int) (bool, error) {
-	d := p.DecideN(request{c}, n)
+	d := p.Check(request{c}, c.Response().Header(), n)
 	return (&Config{}).answer(c, &d)
 }
 
@@ -140,11 +131,4 @@ func Check(c *echo.Context, p *httplimit.Policy, n int) (bool, error) {
 // whole again (after a successful login, say).
 func Reset(c *echo.Context, p *httplimit.Policy) error {
 	return p.Reset(request{c})
-}
-
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(c *echo.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(c.Request().Context(), p, units)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Config is what New makes a Server of.
@@ -75,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		limiter: cfg.Limiter, headers: cfg.Headers, envoyFailureMode: cfg.EnvoyFailureMode,
-		metrics: m, log: cfg.Limiter.Logger(), stop: make(chan struct{}), done: make(chan struct{}),
+		metrics: m, log: observe.Logger(cfg.Limiter), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	rs, err := load(cfg.Path, m)
 	if err != nil {

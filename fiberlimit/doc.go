@@ -15,8 +15,8 @@
 // carries the quota, denials included: every decision is httplimit's (see
 // httplimit.Policy), and this package only reads the *fiber.Ctx and writes
 // the decision back, so the responses, headers, keys and client IPs are
-// those the httplimit documentation describes. Check, Reset and ReportCost
-// (for httplimit.Config.Settle) work from inside a handler. The
+// those the httplimit documentation describes. Check and Reset, and
+// httplimit.Policy.ReportCost, work from inside a handler. The
 // repository's examples/fiber is a complete server.
 //
 // # Fiber specifics

@@ -1,6 +1,7 @@
 package fiberlimit
 
 import (
+	"context"
 	"errors"
 
 	"github.com/gofiber/fiber/v2"
@@ -66,35 +67,27 @@ func New(config ...Config) fiber.Handler {
 		if cfg.Next != nil && cfg.Next(c) {
 			return c.Next()
 		}
-		d := p.Decide(request{c})
-		if proceed, err := cfg.answer(c, &d); !proceed {
-			return err
-		}
-		if !d.WantsFinish() {
-			return c.Next()
-		}
-		prev := c.UserContext()
-		c.SetUserContext(d.Attach(prev))
-		// Attach's context ends with Finish: the middlewares before this
-		// one get back the context they passed in.
-		defer c.SetUserContext(prev)
-		finished := false
-		defer func() {
-			if !finished { // a handler panicked: it failed
-				d.Finish(fiber.StatusInternalServerError)
+		var err error
+		d := p.Serve(request{c}, respHeader{c}, func(ctx context.Context, _ bool) int {
+			if prev := c.UserContext(); ctx != prev {
+				c.SetUserContext(ctx)
+				// Serve's context ends with the handler: the middlewares
+				// before this one get back the context they passed in.
+				defer c.SetUserContext(prev)
 			}
-		}()
-		err := c.Next()
-		finished = true
-		d.Finish(status(c, err))
+			err = c.Next()
+			return status(c, err)
+		})
+		if proceed, aerr := cfg.answer(c, &d); !proceed {
+			return aerr
+		}
 		return err
 	}
 }
 
-// answer writes d's headers and, when the request does not proceed, its
-// answer; it reports whether the request proceeds.
+// answer writes the answer to a request d does not let proceed, and
+// reports whether it proceeds.
 func (cfg *Config) answer(c *fiber.Ctx, d *httplimit.Decision) (bool, error) {
-	d.WriteHeaders(respHeader{c})
 	switch {
 	case d.Proceed():
 		return true, nil
@@ -110,13 +103,6 @@ type respHeader struct{ c *fiber.Ctx }
 
 func (h respHeader) Get(name string) string { return h.c.GetRespHeader(name) }
 func (h respHeader) Set(name, value string) { h.c.Set(name, value) }
-
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(c *fiber.Ctx, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(c.UserContext(), p, units)
-}
 
 // status is the status a handler answered with, or will through Fiber's
 // ErrorHandler when it returned err.
@@ -137,7 +123,7 @@ func status(c *fiber.Ctx, err error) int {
 // the rows it asks for); it writes the rate-limit headers and, when the
 // request may not go on, the answer (429, ...).
 func Check(c *fiber.Ctx, p *httplimit.Policy, n int) (bool, error) {
-	d := p.DecideN(request{c}, n)
+	d := p.Check(request{c}, respHeader{c}, n)
 	return (&Config{}).answer(c, &d)
 }
 

@@ -97,7 +97,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	route("/login", func(c fiber.Ctx) error { return c.Status(http.StatusUnauthorized).SendString("bad password") })
 	route("/spend", func(c fiber.Ctx) error {
 		n, _ := strconv.Atoi(c.Get("X-Used"))
-		if !fiberv3limit.ReportCost(c, first, n) {
+		if !first.ReportCost(c.Context(), n) {
 			return c.SendString("unsettled")
 		}
 		return c.SendString("ok")

@@ -1,6 +1,7 @@
 package fiberv3limit
 
 import (
+	"context"
 	"errors"
 	"sync"
 
@@ -66,36 +67,28 @@ func New(config ...Config) fiber.Handler {
 			return c.Next()
 		}
 		q := wrap(c)
-		d := p.Decide(q)
-		q.release()
-		if proceed, err := cfg.answer(c, &d); !proceed {
-			return err
-		}
-		if !d.WantsFinish() {
-			return c.Next()
-		}
-		prev := c.Context()
-		c.SetContext(d.Attach(prev))
-		// Attach's context ends with Finish: the middlewares before this
-		// one get back the context they passed in.
-		defer c.SetContext(prev)
-		finished := false
-		defer func() {
-			if !finished { // a handler panicked: it failed
-				d.Finish(fiber.StatusInternalServerError)
+		defer q.release()
+		var err error
+		d := p.Serve(q, respHeader{c}, func(ctx context.Context, _ bool) int {
+			if prev := c.Context(); ctx != prev {
+				c.SetContext(ctx)
+				// Serve's context ends with the handler: the middlewares
+				// before this one get back the context they passed in.
+				defer c.SetContext(prev)
 			}
-		}()
-		err := c.Next()
-		finished = true
-		d.Finish(status(c, err))
+			err = c.Next()
+			return status(c, err)
+		})
+		if proceed, aerr := cfg.answer(c, &d); !proceed {
+			return aerr
+		}
 		return err
 	}
 }
 
-// answer writes d's headers and, when the request does not proceed, its
-// answer; it reports whether the request proceeds.
+// answer writes the answer to a request d does not let proceed, and
+// reports whether it proceeds.
 func (cfg *Config) answer(c fiber.Ctx, d *httplimit.Decision) (bool, error) {
-	d.WriteHeaders(respHeader{c})
 	switch {
 	case d.Proceed():
 		return true, nil
@@ -111,13 +104,6 @@ type respHeader struct{ c fiber.Ctx }
 
 func (h respHeader) Get(name string) string { return h.c.GetRespHeader(name) }
 func (h respHeader) Set(name, value string) { h.c.Set(name, value) }
-
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(c fiber.Ctx, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(c.Context(), p, units)
-}
 
 // status is the status a handler answered with, or will through Fiber's
 // ErrorHandler when it returned err.
@@ -139,7 +125,7 @@ func status(c fiber.Ctx, err error) int {
 // request may not go on, the answer (429, ...).
 func Check(c fiber.Ctx, p *httplimit.Policy, n int) (bool, error) {
 	q := wrap(c)
-	d := p.DecideN(q, n)
+	d := p.Check(q, respHeader{c}, n)
 	q.release()
 	return (&Config{}).answer(c, &d)
 }

@@ -57,7 +57,7 @@ func TestCallPath(t *testing.T) {
 			return func(c *gin.Context) {
 				// More than the default cost of 1, so Finish has a
 				// difference to settle.
-				if !ReportCost(c, p, 3) {
+				if !p.ReportCost(c.Request.Context(), 3) {
 					t.Error("ReportCost = false under Config.Settle")
 				}
 				c.Status(http.StatusNoContent)

@@ -68,7 +68,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	r.GET("/login", limited(func(c *gin.Context) { c.String(http.StatusUnauthorized, "bad password") })...)
 	r.GET("/spend", limited(func(c *gin.Context) {
 		n, _ := strconv.Atoi(c.GetHeader("X-Used"))
-		if !ginlimit.ReportCost(c, first, n) {
+		if !first.ReportCost(c.Request.Context(), n) {
 			c.String(http.StatusOK, "unsettled")
 			return
 		}

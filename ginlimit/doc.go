@@ -13,8 +13,8 @@
 // reads the *gin.Context and writes the decision back, so the responses,
 // headers, keys and client IPs are those the httplimit documentation
 // describes. A request that does not proceed is aborted; failures are
-// recorded with c.Error. Check, Reset and ReportCost (for
-// httplimit.Config.Settle) work from inside a handler. The repository's
+// recorded with c.Error. Check and Reset, and
+// httplimit.Policy.ReportCost, work from inside a handler. The repository's
 // examples/gin is a complete server.
 //
 // # Client IPs

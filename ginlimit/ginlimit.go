@@ -1,7 +1,7 @@
 package ginlimit
 
 import (
-	"net/http"
+	"context"
 
 	"github.com/gin-gonic/gin"
 
@@ -47,36 +47,26 @@ func New(p *httplimit.Policy, opts ...Option) gin.HandlerFunc {
 		if c.skip != nil && c.skip(ctx) {
 			return
 		}
-		d := p.Decide(request{ctx})
-		if !c.answer(ctx, &d) || !d.WantsFinish() {
-			return
-		}
-		req := ctx.Request
-		if rc := d.Attach(req.Context()); rc != req.Context() {
-			ctx.Request = req.WithContext(rc)
-			// Attach's context ends with Finish: the middlewares before
-			// this one get back the request they passed in.
-			defer func() { ctx.Request = req }()
-		}
-		finished := false
-		defer func() {
-			if !finished { // a handler panicked: it failed
-				d.Finish(http.StatusInternalServerError)
+		d := p.Serve(request{ctx}, ctx.Writer.Header(), func(rc context.Context, _ bool) int {
+			if req := ctx.Request; rc != req.Context() {
+				ctx.Request = req.WithContext(rc)
+				// Serve's context ends with the handler: the middlewares
+				// before this one get back the request they passed in.
+				defer func() { ctx.Request = req }()
 			}
-		}()
-		ctx.Next()
-		finished = true
-		d.Finish(ctx.Writer.Status())
+			ctx.Next()
+			return ctx.Writer.Status()
+		})
+		c.answer(ctx, &d)
 	}
 }
 
-// answer writes d's headers and, when the request does not proceed, its
-// answer; it reports whether the request proceeds.
+// answer records d's failure and, when the request does not proceed,
+// writes its answer; it reports whether the request proceeds.
 func (c *config) answer(ctx *gin.Context, d *httplimit.Decision) bool {
 	if d.Err != nil && d.Outcome != httplimit.OutcomeCanceled {
 		_ = ctx.Error(d.Err)
 	}
-	d.WriteHeaders(ctx.Writer.Header())
 	switch {
 	case d.Proceed():
 		return true
@@ -96,7 +86,7 @@ func (c *config) answer(ctx *gin.Context, d *httplimit.Decision) bool {
 // rate-limit headers and, when the request may not go on, aborts it with the
 // answer (429, ...).
 func Check(ctx *gin.Context, p *httplimit.Policy, n int) bool {
-	d := p.DecideN(request{ctx}, n)
+	d := p.Check(request{ctx}, ctx.Writer.Header(), n)
 	return (&config{}).answer(ctx, &d)
 }
 
@@ -104,11 +94,4 @@ func Check(ctx *gin.Context, p *httplimit.Policy, n int) bool {
 // whole again (after a successful login, say).
 func Reset(ctx *gin.Context, p *httplimit.Policy) error {
 	return p.Reset(request{ctx})
-}
-
-// ReportCost tells p what the request really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost): the middleware
-// settles it when the handler returns.
-func ReportCost(ctx *gin.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(ctx.Request.Context(), p, units)
 }

@@ -40,8 +40,8 @@ func (o *lastDecision) get() httplimit.Decision {
 }
 
 // failure is one way a decision fails, set up on a Limiter of its own, and
-// how every layer must report it: core's error, httplimit's Outcome (under
-// FailOpen and FailClosed) and RedisFault, the HTTP status nethttplimit
+// how every layer must report it: core's error, httplimit's Outcome (failing
+// open and closed) and RedisFault, the HTTP status nethttplimit
 // answers with and the code grpclimit's call ends with.
 type failure struct {
 	name    string
@@ -115,8 +115,8 @@ func newLimiter(t *testing.T, rdb redis.UniversalClient, timeout time.Duration) 
 // Redis timeout was DeadlineExceeded through the client interceptor).
 func TestErrorsReportedAlike(t *testing.T) {
 	for _, f := range failures() {
-		for _, fail := range []httplimit.FailPolicy{httplimit.FailOpen, httplimit.FailClosed} {
-			t.Run(f.name+"/"+fail.String(), func(t *testing.T) {
+		for _, failClosed := range []bool{false, true} {
+			t.Run(f.name+"/"+map[bool]string{false: "open", true: "closed"}[failClosed], func(t *testing.T) {
 				l := f.limiter(t)
 				_, err := l.Allow(context.Background(), f.cost, f.limit.For(f.key))
 				if !errors.Is(err, f.is) || errors.Is(err, core.ErrUnavailable) != f.fault {
@@ -127,11 +127,11 @@ func TestErrorsReportedAlike(t *testing.T) {
 				switch {
 				case f.noKey:
 					outcome, status, code = httplimit.OutcomeNoKey, http.StatusBadRequest, codes.InvalidArgument
-				case f.fault && fail == httplimit.FailOpen:
+				case f.fault && !failClosed:
 					outcome, status, code = httplimit.OutcomeFailedOpen, http.StatusOK, codes.OK
 				}
 				obs := &lastDecision{}
-				cfg := httplimit.Config{Limiter: l, Limit: valid(), Fail: fail, Observers: []httplimit.Observer{obs}, Key: httplimit.KeyByHeader("X-Key")}
+				cfg := httplimit.Config{Limiter: l, Limit: valid(), FailClosed: failClosed, Observers: []httplimit.Observer{obs}, Key: httplimit.KeyByHeader("X-Key")}
 				if f.cfg != nil {
 					f.cfg(&cfg)
 				}

@@ -43,8 +43,8 @@
 //
 // The google.rpc.RetryInfo detail's retry_delay is the retry-after
 // trailer, so a client that waits it out is never early. A Redis fault
-// under the default httplimit.FailOpen is decided by the Limiter's local
-// fallback (served without rate-limit fields only if it is off).
+// is decided by the Limiter's local fallback (served without rate-limit
+// fields only if it is off), unless httplimit.Config.FailClosed.
 // WithDenyHandler answers refusals in your own way.
 //
 // Several Policies on one server compose as they do over HTTP

@@ -6,8 +6,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-
-	"github.com/redlimit/redlimit/httplimit"
 )
 
 // sink is where a call's fields go: its header and its trailer.
@@ -32,7 +30,7 @@ func streamSink(ss grpc.ServerStream) sink {
 // fields are the rate-limit fields of one call, shared through its
 // context by every interceptor of this package and every Check that
 // decides it, so that several Policies compose as
-// httplimit.Decision.WriteHeaders says (the X-RateLimit fields of the
+// httplimit.Policy.Serve says (the X-RateLimit fields of the
 // strictest, every IETF member, the longest Retry-After). gRPC metadata
 // set on a call can only be added to, never replaced, so one fields
 // collects them all and its owner, the outermost interceptor, sends them:
@@ -62,20 +60,19 @@ func fieldsOf(ctx context.Context, out sink) (*fields, context.Context, bool) {
 	return f, context.WithValue(ctx, fieldsKey{}, f), false
 }
 
-// write adds the decision's fields, and notes a refusal.
-func (f *fields) write(d *httplimit.Decision) {
+// refuse notes that a Policy refused the call: the fields are trailers.
+func (f *fields) refuse() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	d.WriteHeaders(f)
-	if !d.Proceed() {
-		f.refused = true
-	}
+	f.refused = true
 }
 
 // Get and Set make fields the httplimit.HeaderWriter of its decisions,
 // over gRPC metadata, whose names are lower case: "X-Ratelimit-Limit" is
-// x-ratelimit-limit. The caller holds mu.
+// x-ratelimit-limit.
 func (f *fields) Get(name string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if v := f.md.Get(name); len(v) > 0 {
 		return v[0]
 	}
@@ -83,6 +80,8 @@ func (f *fields) Get(name string) string {
 }
 
 func (f *fields) Set(name, value string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.md.Set(name, value)
 	f.dirty = true
 }

@@ -108,34 +108,26 @@ func (c *config) serve(ctx context.Context, method string, out sink, next func(c
 	} else {
 		defer f.end()
 	}
-	d := c.policy.Decide(&request{ctx: ctx, method: method})
-	f.write(&d)
-	if !d.Proceed() {
-		f.end() // the trailers are set before the deny handler runs
-		if c.deny != nil {
-			if err := c.deny(ctx, d); err != nil {
-				return err
-			}
-		}
-		return Status(d).Err()
+	var err error
+	d := c.policy.Serve(&request{ctx: ctx, method: method}, f, func(ctx context.Context, _ bool) int {
+		err = next(ctx, owned)
+		return httpStatus(status.Code(err))
+	})
+	if d.Proceed() {
+		return err
 	}
-	if !d.WantsFinish() {
-		return next(ctx, owned)
-	}
-	finished := false
-	defer func() {
-		if !finished { // the handler panicked: it failed
-			d.Finish(http.StatusInternalServerError)
+	f.refuse()
+	f.end() // the trailers are set before the deny handler runs
+	if c.deny != nil {
+		if err := c.deny(ctx, d); err != nil {
+			return err
 		}
-	}()
-	err := next(d.Attach(ctx), owned)
-	finished = true
-	d.Finish(httpStatus(status.Code(err)))
-	return err
+	}
+	return Status(d).Err()
 }
 
 // serverStream is the handler's stream: its context carries the decision
-// (for ReportCost) and the call's fields, which go out, when this stream's
+// (for Policy.ReportCost) and the call's fields, which go out, when this stream's
 // interceptor owns them, as headers before its first message.
 type serverStream struct {
 	grpc.ServerStream
@@ -227,8 +219,10 @@ func httpStatus(code codes.Code) int {
 func Check(ctx context.Context, p *httplimit.Policy, n int) error {
 	method, _ := grpc.Method(ctx)
 	f, ctx, shared := fieldsOf(ctx, unarySink(ctx))
-	d := p.DecideN(&request{ctx: ctx, method: method}, n)
-	f.write(&d)
+	d := p.Check(&request{ctx: ctx, method: method}, f, n)
+	if !d.Proceed() {
+		f.refuse()
+	}
 	if !shared {
 		f.end()
 	}
@@ -243,12 +237,4 @@ func Check(ctx context.Context, p *httplimit.Policy, n int) error {
 func Reset(ctx context.Context, p *httplimit.Policy) error {
 	method, _ := grpc.Method(ctx)
 	return p.Reset(&request{ctx: ctx, method: method})
-}
-
-// ReportCost tells p what the call whose handler ctx is really cost, for
-// httplimit.Config.Settle (see httplimit.ReportCost). The interceptor
-// settles it when the handler returns. It reports false when p does not
-// settle or did not take units for this call.
-func ReportCost(ctx context.Context, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(ctx, p, units)
 }

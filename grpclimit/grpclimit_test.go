@@ -130,10 +130,10 @@ func TestStream(t *testing.T) {
 // TestFailPolicy: with Redis gone, fail open serves calls without fields;
 // fail closed answers Unavailable, retry-after 1 and a RetryInfo of 1s.
 func TestFailPolicy(t *testing.T) {
-	for _, fail := range []httplimit.FailPolicy{httplimit.FailOpen, httplimit.FailClosed} {
-		t.Run(fail.String(), func(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "open", true: "closed"}[failClosed], func(t *testing.T) {
 			b := newMini(t, time.Second)
-			p := b.policy(t, httplimit.Config{Limit: core.PerMinute(100), Fail: fail})
+			p := b.policy(t, httplimit.Config{Limit: core.PerMinute(100), FailClosed: failClosed})
 			s := serve(t, nil,
 				grpc.ChainUnaryInterceptor(grpclimit.UnaryServerInterceptor(p)),
 				grpc.ChainStreamInterceptor(grpclimit.StreamServerInterceptor(p)))
@@ -146,7 +146,7 @@ func TestFailPolicy(t *testing.T) {
 			stream, stop := watch(t, c)
 			defer stop()
 			for name, a := range map[string]answer{"unary": unary, "stream": stream} {
-				if fail == httplimit.FailOpen {
+				if !failClosed {
 					if a.code != codes.OK {
 						t.Errorf("%s: %v, want OK", name, a)
 					}
@@ -337,8 +337,8 @@ func TestSettle(t *testing.T) {
 		var reported, reportedOther atomic.Bool
 		hs := &probe{check: func(ctx context.Context, service string) error {
 			if units, err := strconv.Atoi(service); err == nil {
-				reported.Store(grpclimit.ReportCost(ctx, p, units))
-				reportedOther.Store(grpclimit.ReportCost(ctx, other, units))
+				reported.Store(p.ReportCost(ctx, units))
+				reportedOther.Store(other.ReportCost(ctx, units))
 			}
 			return nil
 		}}
@@ -367,7 +367,7 @@ func TestSettleHugeReport(t *testing.T) {
 		p := b.policy(t, httplimit.Config{Limit: core.PerMinute(1000), Cost: func(httplimit.Request) int { return 10 }, Settle: true})
 		hs := &probe{check: func(ctx context.Context, service string) error {
 			if units, err := strconv.Atoi(service); err == nil {
-				grpclimit.ReportCost(ctx, p, units)
+				p.ReportCost(ctx, units)
 			}
 			return nil
 		}}

@@ -23,19 +23,19 @@ func TestStackedRefusalsTakeTheLongestWait(t *testing.T) {
 	hour := mustNew(t, Config{Name: "hour", Limiter: l, Limit: core.PerHour(2), Headers: headers})
 	r := from("198.51.100.7")
 	for _, p := range []*Policy{minute, hour} {
-		if d := p.Decide(r); !d.Proceed() {
-			t.Fatalf("%s: the first request is refused: %v", p.Name(), d.Outcome)
+		if d := p.testDecide(r); !d.Proceed() {
+			t.Fatalf("%s: the first request is refused: %v", p.name, d.Outcome)
 		}
 	}
-	dm, dh := minute.Decide(r), hour.Decide(r) // the minute refuses (60s); the hour admits, 0 left
-	hour3 := hour.Decide(r)                    // the hour refuses (30 min)
+	dm, dh := minute.testDecide(r), hour.testDecide(r) // the minute refuses (60s); the hour admits, 0 left
+	hour3 := hour.testDecide(r)                        // the hour refuses (30 min)
 	if dm.Outcome != OutcomeDenied || dh.Outcome != OutcomeAllowed || hour3.Outcome != OutcomeDenied {
 		t.Fatalf("outcomes %v, %v, %v; want denied, allowed, denied", dm.Outcome, dh.Outcome, hour3.Outcome)
 	}
 	for name, order := range map[string][2]*Decision{"minute then hour": {&dm, &hour3}, "hour then minute": {&hour3, &dm}} {
 		h := http.Header{}
-		order[0].WriteHeaders(h)
-		order[1].WriteHeaders(h)
+		order[0].writeHeaders(h)
+		order[1].writeHeaders(h)
 		checkHeaders(t, name, h, map[string]string{
 			"Retry-After":           "1800",
 			"X-RateLimit-Remaining": "0",

@@ -68,7 +68,7 @@ type Config struct {
 	// lapsed takes it again if the key has room. A permit that cannot be
 	// kept (the key is full; or, failing closed, Redis did not answer
 	// before the lease ran out, less an eighth of it, 250ms at most) is
-	// lost: the handler's context (Decision.Attach) is cancelled with the
+	// lost: the handler's context (served by Policy.Serve) is cancelled with the
 	// cause ErrPermitLost, logged, and the request counts no more. So while
 	// Redis answers, no more than InFlight handlers of a key run at once,
 	// provided they stop when their context ends. Failing open, a request
@@ -112,7 +112,7 @@ type Config struct {
 
 	// Settle lets a handler report what its request really cost once that
 	// is known (the tokens of an LLM completion, the bytes streamed), with
-	// ReportCost (each adapter has one): when the handler returns, the
+	// Policy.ReportCost: when the handler returns, the
 	// Policy settles the difference with Limiter.Settle, giving back what
 	// the request did not use, or charging the excess as a debt that later
 	// requests of the key wait out at the Limit's rate. A report of any
@@ -127,12 +127,13 @@ type Config struct {
 	// refused requests still carry Retry-After.
 	Headers Headers
 
-	// Fail says what a request gets when Redis did not decide it: Redis
-	// failed, was slower than the Limiter's timeout, or the circuit was
-	// open. Any other error is refused with 503, whatever Fail says: a
-	// cost or Limit that can never pass, or a Limiter closed before the
-	// server drained. Default: FailOpen.
-	Fail FailPolicy
+	// FailClosed answers 503 with Retry-After: 1 when Redis did not decide
+	// a request (it failed, timed out, or the circuit was open), where by
+	// default the Limiter's local fallback decides (each instance its share
+	// of the limit; no limit only under core.WithLocalFallback(0, 0)). Any
+	// other error is refused with 503 either way: a cost or Limit that can
+	// never pass, or a closed Limiter. Default: false.
+	FailClosed bool
 
 	// DryRun decides, counts and sends headers but never refuses nor
 	// delays a request, not even one it cannot key or when failing closed:
@@ -186,51 +187,6 @@ type Scope struct {
 // (status 400 and above): failed logins, say.
 func CountFailed(status int) bool { return status >= 400 }
 
-// FailPolicy says what a request gets when the Limiter fails: Redis down,
-// or slower than the Limiter's timeout. Its text form is "open" or
-// "closed".
-type FailPolicy uint8
-
-const (
-	// FailOpen lets the Limiter's local fallback decide (core's default:
-	// each instance its share of the limit, a bounded rule); only a
-	// Limiter made with core.WithLocalFallback(0, 0) returns the error,
-	// and then the request is served with no limit. Default.
-	FailOpen FailPolicy = iota
-	// FailClosed answers 503 with Retry-After: 1, also where the local
-	// fallback would have served.
-	FailClosed
-)
-
-var failNames = [...]string{FailOpen: "open", FailClosed: "closed"}
-
-// String returns "open" or "closed".
-func (f FailPolicy) String() string {
-	if int(f) < len(failNames) {
-		return failNames[f]
-	}
-	return "FailPolicy(" + strconv.Itoa(int(f)) + ")"
-}
-
-// MarshalText returns "open" or "closed".
-func (f FailPolicy) MarshalText() ([]byte, error) {
-	if int(f) >= len(failNames) {
-		return nil, fmt.Errorf("httplimit: FailPolicy %d is unknown", f)
-	}
-	return []byte(failNames[f]), nil
-}
-
-// UnmarshalText parses "open" or "closed".
-func (f *FailPolicy) UnmarshalText(text []byte) error {
-	for i, name := range failNames {
-		if string(text) == name {
-			*f = FailPolicy(i)
-			return nil
-		}
-	}
-	return fmt.Errorf("httplimit: unknown fail policy %q, want open or closed", text)
-}
-
 // defaultLimit is Config.Limit's default.
 var defaultLimit = core.PerSecond(10)
 
@@ -243,39 +199,16 @@ func New(cfg Config) (*Policy, error) {
 	p := &Policy{
 		limiter: cfg.Limiter, limit: cfg.Limit, limitFunc: cfg.LimitFunc, name: cfg.Name, key: cfg.Key,
 		serveUnkeyed: cfg.ServeUnkeyed, cost: cfg.Cost, countIf: cfg.CountIf, settle: cfg.Settle, headers: cfg.Headers,
-		fail: cfg.Fail, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observers: cfg.Observers,
+		failClosed: cfg.FailClosed, dryRun: cfg.DryRun, maxWait: cfg.MaxWait, observers: cfg.Observers,
 	}
-	if p.limit == (core.Limit{}) {
-		p.limit = defaultLimit
+	if p.maxWait < 0 {
+		return nil, fmt.Errorf("httplimit: Config.MaxWait must be >= 0, got %v", p.maxWait)
 	}
-	if err := p.limit.Validate(); err != nil {
-		return nil, fmt.Errorf("httplimit: Config.Limit: %w", err)
-	}
-	if most := 7 - min(1, max(0, cfg.InFlight)) - len(cfg.Scopes); len(cfg.Layers) > most {
-		return nil, fmt.Errorf("httplimit: Config.Layers and Config.Scopes: at most %d Limits beside Config.Limit and InFlight, got %d", 7-min(1, max(0, cfg.InFlight)), len(cfg.Layers)+len(cfg.Scopes))
-	}
-	for i, l := range cfg.Layers {
-		if err := l.Validate(); err != nil {
-			return nil, fmt.Errorf("httplimit: Config.Layers[%d]: %w", i, err)
-		}
-		p.layers = append(p.layers, p.capWait(l))
-	}
-	if err := errors.Join(p.scopesOf(cfg.Scopes), checkObservers(cfg.Observers)); err != nil {
+	if err := p.limitsOf(cfg); err != nil {
 		return nil, err
 	}
-	switch {
-	case cfg.InFlight < 0:
-		return nil, fmt.Errorf("httplimit: Config.InFlight must be >= 0, got %d", cfg.InFlight)
-	case cfg.InFlightLease < 0:
-		return nil, fmt.Errorf("httplimit: Config.InFlightLease must be >= 0, got %v", cfg.InFlightLease)
-	case cfg.InFlight > 0:
-		p.inflight = core.InFlight(cfg.InFlight)
-		if cfg.InFlightLease > 0 {
-			p.inflight.Period = cfg.InFlightLease
-		}
-		if err := p.inflight.Validate(); err != nil {
-			return nil, fmt.Errorf("httplimit: Config.InFlight: %w", err)
-		}
+	if err := errors.Join(p.scopesOf(cfg.Scopes), checkObservers(cfg.Observers), p.headersOf()); err != nil {
+		return nil, err
 	}
 	if p.name == "" {
 		p.name = "http"
@@ -286,31 +219,6 @@ func New(cfg Config) (*Policy, error) {
 	if p.key == nil {
 		p.key = defaultKey
 	}
-	if p.headers == nil {
-		p.headers = Headers{XRateLimit{}}
-	}
-	// A copy: the caller's slice may change after New.
-	p.headers = slices.Clone(p.headers)
-	for i, h := range p.headers {
-		switch h := h.(type) {
-		case nil:
-			return nil, fmt.Errorf("httplimit: Config.Headers[%d] is nil", i)
-		case XRateLimit:
-			p.headers[i] = h.canonical()
-		case OpenAI:
-			f, err := h.fields()
-			if err != nil {
-				return nil, err
-			}
-			p.headers[i] = f
-		}
-	}
-	if int(p.fail) >= len(failNames) {
-		return nil, fmt.Errorf("httplimit: Config.Fail %d is unknown", p.fail)
-	}
-	if p.maxWait < 0 {
-		return nil, fmt.Errorf("httplimit: Config.MaxWait must be >= 0, got %v", p.maxWait)
-	}
 	p.quotedName = strconv.Quote(strings.Map(func(r rune) rune {
 		if r < 0x20 || r > 0x7e {
 			return '_'
@@ -320,6 +228,65 @@ func New(cfg Config) (*Policy, error) {
 	p.noRoute = new(atomic.Bool)
 	p.losses = new(lossLog)
 	return p, nil
+}
+
+// limitsOf checks the key's own Limits (Config.Limit, Layers, InFlight
+// and InFlightLease) and compiles them into p.
+func (p *Policy) limitsOf(cfg Config) error {
+	if p.limit == (core.Limit{}) {
+		p.limit = defaultLimit
+	}
+	if err := p.limit.Validate(); err != nil {
+		return fmt.Errorf("httplimit: Config.Limit: %w", err)
+	}
+	if most := 7 - min(1, max(0, cfg.InFlight)) - len(cfg.Scopes); len(cfg.Layers) > most {
+		return fmt.Errorf("httplimit: Config.Layers and Config.Scopes: at most %d Limits beside Config.Limit and InFlight, got %d", 7-min(1, max(0, cfg.InFlight)), len(cfg.Layers)+len(cfg.Scopes))
+	}
+	for i, l := range cfg.Layers {
+		if err := l.Validate(); err != nil {
+			return fmt.Errorf("httplimit: Config.Layers[%d]: %w", i, err)
+		}
+		p.layers = append(p.layers, p.capWait(l))
+	}
+	switch {
+	case cfg.InFlight < 0:
+		return fmt.Errorf("httplimit: Config.InFlight must be >= 0, got %d", cfg.InFlight)
+	case cfg.InFlightLease < 0:
+		return fmt.Errorf("httplimit: Config.InFlightLease must be >= 0, got %v", cfg.InFlightLease)
+	case cfg.InFlight > 0:
+		p.inflight = core.InFlight(cfg.InFlight)
+		if cfg.InFlightLease > 0 {
+			p.inflight.Period = cfg.InFlightLease
+		}
+		if err := p.inflight.Validate(); err != nil {
+			return fmt.Errorf("httplimit: Config.InFlight: %w", err)
+		}
+	}
+	return nil
+}
+
+// headersOf checks Config.Headers and compiles a copy of them into p: the
+// caller's slice may change after New.
+func (p *Policy) headersOf() error {
+	if p.headers == nil {
+		p.headers = Headers{XRateLimit{}}
+	}
+	p.headers = slices.Clone(p.headers)
+	for i, h := range p.headers {
+		switch h := h.(type) {
+		case nil:
+			return fmt.Errorf("httplimit: Config.Headers[%d] is nil", i)
+		case XRateLimit:
+			p.headers[i] = h.canonical()
+		case OpenAI:
+			f, err := h.fields()
+			if err != nil {
+				return err
+			}
+			p.headers[i] = f
+		}
+	}
+	return nil
 }
 
 // scopesOf checks the Scopes and compiles them into p.

@@ -25,14 +25,14 @@ func concurrently(p *Policy, n, status int) int {
 	var done sync.WaitGroup
 	for range n {
 		done.Go(func() {
-			d := p.Decide(from("198.51.100.7"))
+			d := p.testDecide(from("198.51.100.7"))
 			decided.Done()
 			if !d.Proceed() {
 				return
 			}
 			reached.Add(1)
 			decided.Wait() // the handler runs while every other request arrives
-			d.Finish(status)
+			d.finish(status)
 		})
 	}
 	done.Wait()
@@ -94,8 +94,8 @@ func TestCountIfBankingAttack(t *testing.T) {
 				rd.Advance(2 * limit.Period)
 				var inFlight []Decision
 				for i := range limitRate {
-					d := p.Decide(from("198.51.100.7"))
-					if !d.Proceed() || !d.WantsFinish() {
+					d := p.testDecide(from("198.51.100.7"))
+					if !d.Proceed() || !d.wantsFinish() {
 						t.Fatalf("success %d of a whole quota: %v, want to proceed and be finished", i, d.Outcome)
 					}
 					inFlight = append(inFlight, d)
@@ -109,7 +109,7 @@ func TestCountIfBankingAttack(t *testing.T) {
 					t.Errorf("100 failures in a new quota: %d reached the handler, want %d", got, limitRate)
 				}
 				for _, d := range inFlight {
-					d.Finish(http.StatusOK) // gives back units of a window long gone
+					d.finish(http.StatusOK) // gives back units of a window long gone
 				}
 				if got := concurrently(p, 100, http.StatusUnauthorized); got != 0 {
 					t.Errorf("after successes from two periods ago ended: %d more failures reached the handler at the same instant, want 0 "+
@@ -197,7 +197,7 @@ func TestLimitFuncTierOfAnotherAlgorithmIsAnotherState(t *testing.T) {
 	admitted := func() int {
 		n := 0
 		for range 5 {
-			if p.Decide(from("192.0.2.77")).Outcome == OutcomeAllowed {
+			if p.testDecide(from("192.0.2.77")).Outcome == OutcomeAllowed {
 				n++
 			}
 		}
@@ -226,11 +226,11 @@ func TestFallbackShareBelowOneUnitBounded(t *testing.T) {
 	limit := core.Limit{Algorithm: core.SlidingWindow, Rate: 10, Period: time.Minute}
 	mr.SetError("MASTERDOWN Link with MASTER is down")
 	for _, c := range []struct {
-		fail   FailPolicy
-		served int
-	}{{FailOpen, 1}, {FailClosed, 0}} {
+		failClosed bool
+		served     int
+	}{{false, 1}, {true, 0}} {
 		l := newLimiter(t, rdb, core.WithLocalFallback(20, 16), core.WithBreaker(0, 0))
-		p := mustNew(t, Config{Limiter: l, Limit: limit, Fail: c.fail})
+		p := mustNew(t, Config{Limiter: l, Limit: limit, FailClosed: c.failClosed})
 		served := 0
 		for range 100 {
 			if d, _ := decide(p, from("192.0.2.45")); d.Proceed() {
@@ -238,7 +238,7 @@ func TestFallbackShareBelowOneUnitBounded(t *testing.T) {
 			}
 		}
 		if served != c.served {
-			t.Errorf("%v: %d of 100 served with Redis down, want %d (a unit per 20 x 1m / 10)", c.fail, served, c.served)
+			t.Errorf("fail closed %v: %d of 100 served with Redis down, want %d (a unit per 20 x 1m / 10)", c.failClosed, served, c.served)
 		}
 	}
 }

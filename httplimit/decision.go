@@ -3,16 +3,16 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
-// Outcome is what a request gets from a Decision. Its text form is its
+// Outcome is what a request gets from a Decision. String is its
 // snake_case name, as the metrics label it.
 type Outcome uint8
 
@@ -26,7 +26,7 @@ const (
 	OutcomeFailedOpen
 	// OutcomeFailedClosed: the Limiter failed under FailClosed, or could
 	// not decide for a reason that is not Redis' (a cost or Limit that can
-	// never pass, a closed Limiter), whatever the FailPolicy; 503.
+	// never pass, a closed Limiter), failing open or closed; 503.
 	OutcomeFailedClosed
 	// OutcomeCanceled: the request's context ended during the decision or
 	// while it waited for its LeakyBucket delay; nobody is there to answer.
@@ -39,32 +39,12 @@ const (
 	OutcomeInFlight
 )
 
-var outcomeNames = [...]string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key", "in_flight"}
-
-// Outcomes lists every Outcome, in order (OutcomeAllowed first): for
-// metrics that describe or pre-create one series per outcome.
-func Outcomes() []Outcome {
-	out := make([]Outcome, len(outcomeNames))
-	for i := range out {
-		out[i] = Outcome(i)
-	}
-	return out
-}
-
 // String returns the outcome's snake_case name.
 func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
+	if int(o) < len(observe.Outcomes) {
+		return observe.Outcomes[o]
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
-
-// MarshalText returns the outcome's snake_case name.
-func (o Outcome) MarshalText() ([]byte, error) {
-	if int(o) >= len(outcomeNames) {
-		return nil, fmt.Errorf("httplimit: Outcome %d is unknown", o)
-	}
-	return []byte(outcomeNames[o]), nil
 }
 
 // Decision is a Policy's answer for one request.
@@ -114,7 +94,7 @@ type Decision struct {
 	taken     core.Result   // the Limiter's, the receipt of every rule
 	took      bool          // every rule took cost
 	reported  *atomic.Int64 // the cost a handler reported (Config.Settle), -1: none
-	inHandler bool          // decided by DecideN, which takes no InFlight permit
+	inHandler bool          // decided by Check, which takes no InFlight permit
 	renewal   *renewal      // keeps the InFlight permit while the handler runs
 }
 
@@ -274,37 +254,6 @@ func (d *Decision) RetryAfter() int64 {
 	return 0
 }
 
-// HeaderWriter is a response's header, as every framework has it:
-// http.Header (net/http, Gin, Echo) satisfies it; the Fiber adapters wrap
-// their context.
-type HeaderWriter interface {
-	Get(name string) string
-	Set(name, value string)
-}
-
-// WriteHeaders writes the response headers of the decision into h: the
-// rate-limit fields of Config.Headers when the Limiter decided, and
-// Retry-After when the request is refused for a while. Several Policies
-// on one route compose: each reads what the ones before it wrote, so the
-// IETF fields list every policy, X-RateLimit-* describe the most
-// restrictive (the lowest Remaining), and Retry-After is the longest wait.
-// Under Config.Settle they are written when the request is admitted,
-// before its handler reports what it used: Remaining is what was left
-// after its Cost, not after the settlement, which the key's next
-// response reports.
-func (d *Decision) WriteHeaders(h HeaderWriter) {
-	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight) {
-		for _, s := range d.policy.headers {
-			s.WriteHeaders(h, d)
-		}
-	}
-	if s := d.RetryAfter(); s > 0 {
-		if prev, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64); err != nil || prev < s {
-			h.Set("Retry-After", strconv.FormatInt(s, 10))
-		}
-	}
-}
-
 // Body is the body, application/json, of a request that does not proceed,
 // ending in a newline: {"error":"rate limit exceeded","retry_after":N} when denied,
 // with N equal to Retry-After, {"error":"rate limiter unavailable"} when
@@ -326,19 +275,6 @@ func (d *Decision) Body() []byte {
 	return []byte("{\"error\":\"request canceled\"}\n")
 }
 
-// WantsFinish reports whether the Policy must hear how the request ended
-// (Config.CountIf, Config.InFlight, Config.Settle): then the adapter
-// passes the handler's status to Finish once the handler has returned,
-// and serves the handler with Attach's context.
-func (d *Decision) WantsFinish() bool {
-	p := d.policy
-	return p != nil && (p.countIf != nil || d.holdsPermit() || p.settle) && d.took && d.Proceed()
-}
-
-// holdsPermit reports that d's layers end in an InFlight permit: the
-// Policy has one, and d was decided for a whole request, not by DecideN.
-func (d *Decision) holdsPermit() bool { return d.policy.inflight.Rate > 0 && !d.inHandler }
-
 // Context is the context of the request decided, for an Observer that
 // records the decision in the request's trace; context.Background() for
 // a Decision made by hand. It may have ended by the time the Observer
@@ -348,88 +284,4 @@ func (d *Decision) Context() context.Context {
 		return context.Background()
 	}
 	return d.ctx
-}
-
-// Attach returns the context to serve the handler with: ctx carrying the
-// decision, for ReportCost, when the Policy settles costs (Config.Settle);
-// under Config.InFlight, ctx cancelled with the cause ErrPermitLost if
-// the request's permit is lost while it runs, and once Finish is called;
-// else ctx itself.
-func (d *Decision) Attach(ctx context.Context) context.Context {
-	if d.renewal != nil {
-		ctx = d.renewal.attach(ctx)
-	}
-	if d.policy == nil || !d.policy.settle || !d.took {
-		return ctx
-	}
-	d.reported = new(atomic.Int64)
-	d.reported.Store(-1)
-	return context.WithValue(ctx, settleKey{d.policy}, d.reported)
-}
-
-type settleKey struct{ p *Policy }
-
-// ReportCost tells p what the request whose context ctx is (the context
-// the adapter served the handler with) really cost, for Config.Settle; the
-// last report before the handler returns counts. It reports false when
-// there is nothing to report to: p does not settle, or did not take units
-// for this request. Each adapter has a ReportCost that takes its
-// framework's request.
-func ReportCost(ctx context.Context, p *Policy, units int) bool {
-	v, ok := ctx.Value(settleKey{p}).(*atomic.Int64)
-	if !ok || units < 0 {
-		return false
-	}
-	v.Store(int64(units))
-	return true
-}
-
-// Finish tells the Policy the status the handler answered with, once it
-// has returned: the InFlight permit is given back; under Config.CountIf a
-// request whose status does not count gets its units back; under
-// Config.Settle a reported cost is settled. The calls are bounded by the
-// Limiter's timeout and run even when the request's context has ended. A
-// failed give-back errs on the strict side (the units stay spent; a permit
-// lapses by itself); a failed charge of a reported cost above the estimate
-// is lost, so the client has spent only the estimate. Neither is reported
-// to the Observer: the decision was.
-func (d *Decision) Finish(status int) {
-	if !d.WantsFinish() {
-		return
-	}
-	d.renewal.stop()
-	p := d.policy
-	ctx := context.WithoutCancel(d.ctx)
-	refund := p.countIf != nil && !p.countIf(status)
-	used := int64(-1)
-	if d.reported != nil {
-		used = d.reported.Load()
-	}
-	if !d.took {
-		return
-	}
-	switch {
-	case refund:
-		_ = p.limiter.Refund(ctx, d.taken, d.rules...)
-	default:
-		if used >= 0 {
-			_, _ = p.limiter.Settle(ctx, d.taken, int(used), d.rules...)
-		}
-		if d.holdsPermit() {
-			d.givePermitBack(ctx)
-		}
-	}
-}
-
-// permit is d's receipt of its InFlight permit alone: what a Refund or a
-// Renew of d's rules gives back or keeps.
-func (d *Decision) permit() core.Result {
-	parts := make([]core.Result, len(d.layers))
-	parts[len(parts)-1] = d.layers[len(d.layers)-1].Result
-	return core.Result{Rules: parts}
-}
-
-// givePermitBack gives back the InFlight permit d's rules took.
-func (d *Decision) givePermitBack(ctx context.Context) {
-	_ = d.policy.limiter.Refund(ctx, d.permit(), d.rules...)
 }

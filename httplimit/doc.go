@@ -45,7 +45,7 @@
 // (rounded up, at least 1, never early) and
 // {"error":"rate limit exceeded","retry_after":N}. When Redis fails or is
 // slower than the Limiter's timeout, the request is served without
-// rate-limit headers (FailOpen, the default) or answered 503 with
-// Retry-After: 1 and {"error":"rate limiter unavailable"} (FailClosed).
+// rate-limit headers (by default) or answered 503 with Retry-After: 1 and
+// {"error":"rate limiter unavailable"} (Config.FailClosed).
 // A cost that can never pass is refused with 503 even when failing open.
 package httplimit

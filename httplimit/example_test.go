@@ -39,7 +39,7 @@ func ExampleConfig_tokenBudget() {
 	}
 	api := nethttplimit.New(policy)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		used, _ := strconv.Atoi(r.URL.Query().Get("used")) // what the model says it used
-		nethttplimit.ReportCost(r, policy, used)           // settled once this handler returns
+		policy.ReportCost(r.Context(), used)               // settled once this handler returns
 	}))
 	complete := func(used string) {
 		rec := httptest.NewRecorder()
@@ -90,7 +90,7 @@ func ExampleConfig_inFlight() {
 			api.ServeHTTP(rec, httptest.NewRequest("POST", "/complete", nil))
 			fmt.Print("meanwhile: ", rec.Code, " Retry-After ", rec.Header().Get("Retry-After"), " ", rec.Body.String())
 		}
-		nethttplimit.ReportCost(r, policy, 800) // what the completion used
+		policy.ReportCost(r.Context(), 800) // what the completion used
 	}))
 
 	rec := httptest.NewRecorder()

@@ -84,8 +84,8 @@ func TestInFlightRenewedWhileHandlerRuns(t *testing.T) {
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, InFlightLease: lease})
 
 	taken := time.Now()
-	first := p.Decide(from("192.0.2.1"))
-	if first.Outcome != OutcomeAllowed || !first.WantsFinish() {
+	first := p.testDecide(from("192.0.2.1"))
+	if first.Outcome != OutcomeAllowed || !first.wantsFinish() {
 		t.Fatalf("first request: %v (err %v), want allowed with a permit to give back", first.Outcome, first.Err)
 	}
 	<-clock.calls // the take itself
@@ -99,15 +99,15 @@ func TestInFlightRenewedWhileHandlerRuns(t *testing.T) {
 	}
 	// The original lease has run out on Redis' clock: only the renewals
 	// keep the permit.
-	if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+	if d := p.testDecide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("a request %v after the first took its permit (lease %v): %v (err %v), want %v: the handler still runs",
 			time.Since(taken), lease, d.Outcome, d.Err, OutcomeInFlight)
 	}
-	first.Finish(http.StatusOK)
-	if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
+	first.finish(http.StatusOK)
+	if d := p.testDecide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
 		t.Errorf("after the handler returned: %v (err %v), want allowed", d.Outcome, d.Err)
 	} else {
-		d.Finish(http.StatusOK)
+		d.finish(http.StatusOK)
 	}
 }
 
@@ -119,28 +119,28 @@ func TestInFlightRenewedWhileHandlerRuns(t *testing.T) {
 // Redis up, takes the only permit, and a third is refused for it.
 func TestInFlightFailOpenServesWithoutPermit(t *testing.T) {
 	mr, _, l := mini(t)
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, Fail: FailOpen})
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1})
 	mr.SetError("MASTERDOWN Link with MASTER is down")
-	open := p.Decide(from("192.0.2.1"))
+	open := p.testDecide(from("192.0.2.1"))
 	if open.Outcome != OutcomeFailedOpen || !open.Proceed() {
 		t.Fatalf("with Redis down: %v, Proceed %v (err %v); want failed open and served", open.Outcome, open.Proceed(), open.Err)
 	}
-	if open.WantsFinish() || open.renewal != nil {
-		t.Errorf("a request served failing open: WantsFinish %v, renewal %v; want no permit to keep or give back", open.WantsFinish(), open.renewal != nil)
+	if open.wantsFinish() || open.renewal != nil {
+		t.Errorf("a request served failing open: WantsFinish %v, renewal %v; want no permit to keep or give back", open.wantsFinish(), open.renewal != nil)
 	}
 	mr.SetError("")
-	second := p.Decide(from("192.0.2.1"))
+	second := p.testDecide(from("192.0.2.1"))
 	if second.Outcome != OutcomeAllowed {
 		t.Fatalf("Redis up, the failed-open request still in flight: %v (err %v), want allowed: it holds no permit", second.Outcome, second.Err)
 	}
-	if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+	if d := p.testDecide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("third request while the second holds the permit: %v (err %v), want %v", d.Outcome, d.Err, OutcomeInFlight)
 	}
-	open.Finish(http.StatusOK) // nothing to give back, and nobody else's permit
-	if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+	open.finish(http.StatusOK) // nothing to give back, and nobody else's permit
+	if d := p.testDecide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("after the failed-open request ended: %v, want %v: the second still holds the permit", d.Outcome, OutcomeInFlight)
 	}
-	second.Finish(http.StatusOK)
+	second.finish(http.StatusOK)
 }
 
 // TestInFlightRateRefusalTakesNoPermit backs README "Requests in flight":
@@ -157,25 +157,25 @@ func TestInFlightRateRefusalTakesNoPermit(t *testing.T) {
 	big := core.Limit{Algorithm: core.SlidingWindow, Rate: 100, Period: time.Minute}
 	p := mustNew(t, Config{Limiter: l, Limit: core.Limit{Algorithm: core.FixedWindow, Rate: 1, Period: time.Minute}, InFlight: 2,
 		LimitFunc: func(r Request, _ string) (core.Limit, bool) { return big, len(r.Header("X-Big")) > 0 }})
-	first := p.Decide(from("192.0.2.1"))
+	first := p.testDecide(from("192.0.2.1"))
 	if first.Outcome != OutcomeAllowed {
 		t.Fatalf("first request: %v (err %v), want allowed", first.Outcome, first.Err)
 	}
 	for i := range 3 {
-		if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeDenied {
+		if d := p.testDecide(from("192.0.2.1")); d.Outcome != OutcomeDenied {
 			t.Fatalf("request %d over the rate: %v (err %v), want %v", i+2, d.Outcome, d.Err, OutcomeDenied)
 		}
 	}
-	second := p.Decide(from("192.0.2.1", "X-Big", "1"))
+	second := p.testDecide(from("192.0.2.1", "X-Big", "1"))
 	if second.Outcome != OutcomeAllowed {
 		t.Fatalf("a request with rate to spare while one is in flight under InFlight 2: %v (err %v), want allowed: "+
 			"the requests refused for their rate took permits", second.Outcome, second.Err)
 	}
-	if d := p.Decide(from("192.0.2.1", "X-Big", "1")); d.Outcome != OutcomeInFlight {
+	if d := p.testDecide(from("192.0.2.1", "X-Big", "1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("a third in flight under InFlight 2: %v (err %v), want %v", d.Outcome, d.Err, OutcomeInFlight)
 	}
-	first.Finish(http.StatusOK)
-	second.Finish(http.StatusOK)
+	first.finish(http.StatusOK)
+	second.finish(http.StatusOK)
 }
 
 // settled serves one request under p as an adapter does: Decide, Attach,
@@ -183,15 +183,15 @@ func TestInFlightRateRefusalTakesNoPermit(t *testing.T) {
 // unless the request proceeds, and returns the Decision.
 func settled(t *testing.T, p *Policy, ip string, status int, report func(ctx context.Context)) Decision {
 	t.Helper()
-	d := p.Decide(from(ip))
-	if !d.Proceed() || !d.WantsFinish() {
+	d := p.testDecide(from(ip))
+	if !d.Proceed() || !d.wantsFinish() {
 		t.Fatalf("request from %s: %v (err %v), want it to proceed and be finished", ip, d.Outcome, d.Err)
 	}
-	ctx := d.Attach(context.Background())
+	ctx := d.attach(context.Background())
 	if report != nil {
 		report(ctx)
 	}
-	d.Finish(status)
+	d.finish(status)
 	return d
 }
 
@@ -220,13 +220,13 @@ func TestSettleReports(t *testing.T) {
 		late   int // reported after Finish, if > 0
 		want   int
 	}{
-		{"one report", func(ctx context.Context, p *Policy) { ReportCost(ctx, p, 200) }, 0, 1800},
+		{"one report", func(ctx context.Context, p *Policy) { p.ReportCost(ctx, 200) }, 0, 1800},
 		{"no report keeps the estimate", nil, 0, 1500},
 		{"the last report counts", func(ctx context.Context, p *Policy) {
-			ReportCost(ctx, p, 100)
-			ReportCost(ctx, p, 700)
+			p.ReportCost(ctx, 100)
+			p.ReportCost(ctx, 700)
 		}, 0, 1300},
-		{"a report after the handler returned does not count", func(ctx context.Context, p *Policy) { ReportCost(ctx, p, 700) }, 5, 1300},
+		{"a report after the handler returned does not count", func(ctx context.Context, p *Policy) { p.ReportCost(ctx, 700) }, 5, 1300},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,7 +240,7 @@ func TestSettleReports(t *testing.T) {
 				}
 			})
 			if tt.late > 0 {
-				ReportCost(ctx, p, tt.late)
+				p.ReportCost(ctx, tt.late)
 			}
 			if got := left(t, l, "http:ip:192.0.2.1", limit); got != tt.want {
 				t.Errorf("left after the request: %d, want %d", got, tt.want)
@@ -258,26 +258,26 @@ func TestSettleReports(t *testing.T) {
 func TestReportCostFalseAfterFailingOpen(t *testing.T) {
 	mr, _, l := mini(t)
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(10), Settle: true})
-	up := p.Decide(from("192.0.2.1"))
-	if ctx := up.Attach(context.Background()); !up.WantsFinish() || !ReportCost(ctx, p, 3) {
-		t.Fatalf("Redis up: WantsFinish %v, ReportCost false; want a cost to settle", up.WantsFinish())
+	up := p.testDecide(from("192.0.2.1"))
+	if ctx := up.attach(context.Background()); !up.wantsFinish() || !p.ReportCost(ctx, 3) {
+		t.Fatalf("Redis up: WantsFinish %v, ReportCost false; want a cost to settle", up.wantsFinish())
 	}
-	up.Finish(http.StatusOK)
+	up.finish(http.StatusOK)
 	mr.SetError("MASTERDOWN Link with MASTER is down")
-	d := p.Decide(from("192.0.2.1"))
+	d := p.testDecide(from("192.0.2.1"))
 	if d.Outcome != OutcomeFailedOpen || !d.Proceed() {
 		t.Fatalf("Redis down: %v, Proceed %v (err %v); want failed open", d.Outcome, d.Proceed(), d.Err)
 	}
-	if d.WantsFinish() {
+	if d.wantsFinish() {
 		t.Error("a request served failing open wants Finish: it took nothing")
 	}
-	if ReportCost(d.Attach(context.Background()), p, 3) {
+	if p.ReportCost(d.attach(context.Background()), 3) {
 		t.Error("ReportCost after failing open returned true, want false: there is nothing to settle")
 	}
 	unsettled := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(10), Name: "plain"})
 	mr.SetError("")
-	d = unsettled.Decide(from("192.0.2.1"))
-	if ReportCost(d.Attach(context.Background()), unsettled, 3) {
+	d = unsettled.testDecide(from("192.0.2.1"))
+	if unsettled.ReportCost(d.attach(context.Background()), 3) {
 		t.Error("ReportCost to a Policy that does not settle returned true, want false")
 	}
 }
@@ -307,7 +307,7 @@ func TestCountIfWithSettle(t *testing.T) {
 			p := mustNew(t, Config{Limiter: l, Limit: limit, Scopes: []Scope{{Name: "global", Limit: global}}, Cost: func(Request) int { return 500 },
 				Settle: true, CountIf: CountFailed})
 			settled(t, p, "192.0.2.1", tt.status, func(ctx context.Context) {
-				if tt.report >= 0 && !ReportCost(ctx, p, tt.report) {
+				if tt.report >= 0 && !p.ReportCost(ctx, tt.report) {
 					t.Error("ReportCost returned false")
 				}
 			})
@@ -353,7 +353,7 @@ func TestGlobalSettledLikeTheKey(t *testing.T) {
 				p := mustNew(t, cfg)
 				settled(t, p, "192.0.2.1", http.StatusOK, func(ctx context.Context) {
 					if tt.report >= 0 {
-						ReportCost(ctx, p, tt.report)
+						p.ReportCost(ctx, tt.report)
 					}
 				})
 				if got, want := left(t, l, "http:ip:192.0.2.1", limit), limit.Rate-tt.used; got != want {
@@ -444,20 +444,20 @@ func TestInFlightPermitBackWhenGlobalRefuses(t *testing.T) {
 	mr, _, l := mini(t)
 	global := core.Limit{Algorithm: core.FixedWindow, Rate: 1, Period: time.Minute}
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), Scopes: []Scope{{Name: "global", Limit: global}}, InFlight: 1, InFlightLease: time.Hour})
-	first := p.Decide(from("192.0.2.1"))
+	first := p.testDecide(from("192.0.2.1"))
 	if first.Outcome != OutcomeAllowed {
 		t.Fatalf("first request: %v (err %v)", first.Outcome, first.Err)
 	}
-	first.Finish(http.StatusOK)
-	if d := p.Decide(from("192.0.2.2")); d.Outcome != OutcomeDenied {
+	first.finish(http.StatusOK)
+	if d := p.testDecide(from("192.0.2.2")); d.Outcome != OutcomeDenied {
 		t.Fatalf("another key over the Global: %v (err %v), want denied", d.Outcome, d.Err)
 	}
 	redistest.SetTime(mr, redistest.Epoch.Add(time.Minute)) // the Global's next window; the lease runs for an hour
-	d := p.Decide(from("192.0.2.2"))
+	d := p.testDecide(from("192.0.2.2"))
 	if d.Outcome != OutcomeAllowed {
 		t.Errorf("the key the Global refused, a window later: %v (err %v), want allowed: the refused request kept its permit", d.Outcome, d.Err)
 	} else {
-		d.Finish(http.StatusOK)
+		d.finish(http.StatusOK)
 	}
 }
 
@@ -511,7 +511,7 @@ func TestLoweredLimitOverHTTP(t *testing.T) {
 			start := redistest.Epoch.Truncate(time.Minute).Add(time.Minute)
 			for i := range 300 {
 				redistest.SetTime(mr, start.Add(time.Duration(i)*100*time.Millisecond))
-				if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
+				if d := p.testDecide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
 					t.Fatalf("request %d under 1000/min: %v (%v)", i+1, d.Outcome, d.Err)
 				}
 			}
@@ -522,7 +522,7 @@ func TestLoweredLimitOverHTTP(t *testing.T) {
 				r := from("192.0.2.1")
 				r.ctx = ctx
 				commands := mr.CommandCount()
-				d := p.Decide(r)
+				d := p.testDecide(r)
 				cancel()
 				sent := mr.CommandCount() - commands
 				if d.Err != nil || (d.Outcome != OutcomeAllowed && d.Outcome != OutcomeDenied) {

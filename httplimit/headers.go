@@ -11,11 +11,14 @@ import (
 	"github.com/redlimit/redlimit/core"
 )
 
-// HeaderStyle writes one style of rate-limit response fields for a
-// decision the Limiter made (allowed or denied) into h. Retry-After is not
-// a style: every refused response carries it.
+// HeaderStyle is one style of rate-limit response fields: XRateLimit,
+// IETF or OpenAI. Retry-After is not a style: every refused response
+// carries it.
 type HeaderStyle interface {
-	WriteHeaders(h HeaderWriter, d *Decision)
+	// writeHeaders writes the style's fields for a decision the Limiter
+	// made (allowed or denied) into h. Unexported: a style reads the
+	// Decision's layers, which only this package sees.
+	writeHeaders(h HeaderWriter, d *Decision)
 }
 
 // Headers are the styles a Policy writes, in order. Its text form names
@@ -38,10 +41,10 @@ type XRateLimit struct {
 	Reset     string // Default: "X-RateLimit-Reset"
 }
 
-// WriteHeaders writes the three fields, for the layer the Decision
+// writeHeaders writes the three fields, for the layer the Decision
 // reports, unless a Policy before this one wrote them with less remaining
 // (or as little, and this one admits).
-func (x XRateLimit) WriteHeaders(h HeaderWriter, d *Decision) {
+func (x XRateLimit) writeHeaders(h HeaderWriter, d *Decision) {
 	r := d.Result
 	remaining := or(x.Remaining, "X-Ratelimit-Remaining")
 	if prev, err := strconv.Atoi(h.Get(remaining)); err == nil && (prev < r.Remaining || prev == r.Remaining && r.Allowed) {
@@ -100,9 +103,9 @@ func canonicalName(name string) string {
 // draft asks, for each layer that refused.
 type IETF struct{}
 
-// WriteHeaders adds the policy's members to RateLimit-Policy and
+// writeHeaders adds the policy's members to RateLimit-Policy and
 // RateLimit.
-func (IETF) WriteHeaders(h HeaderWriter, d *Decision) {
+func (IETF) writeHeaders(h HeaderWriter, d *Decision) {
 	var polBuf, stateBuf [160]byte
 	pol, state := polBuf[:0], stateBuf[:0]
 	name := d.policy.quotedName[:len(d.policy.quotedName)-1] // without its closing quote

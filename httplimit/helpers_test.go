@@ -46,9 +46,9 @@ func from(ip string, kv ...string) testRequest {
 
 // decide decides r and returns the decision with the headers it writes.
 func decide(p *Policy, r Request) (Decision, http.Header) {
-	d := p.Decide(r)
+	d := p.testDecide(r)
 	h := http.Header{}
-	d.WriteHeaders(h)
+	d.writeHeaders(h)
 	return d, h
 }
 
@@ -135,3 +135,10 @@ type setter func(name, value string)
 
 func (s setter) Get(string) string      { return "" }
 func (s setter) Set(name, value string) { s(name, value) }
+
+// testDecide is the decision Serve makes, without its handler: the tests
+// then drive attach and finish as Serve would.
+func (p *Policy) testDecide(r Request) Decision { return p.decideRequest(r, 0, false) }
+
+// testCheck is Check's decision, without writing headers.
+func (p *Policy) testCheck(r Request, n int) Decision { return p.decideRequest(r, n, true) }

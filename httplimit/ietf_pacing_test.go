@@ -309,15 +309,15 @@ func TestIETFSlidingWindowAbove1024(t *testing.T) {
 		t.Fatalf("RateLimit-Policy %q, want w=2: a second and a 1024th, rounded up", got)
 	}
 	redistest.SetTime(mr, t0.Add(400*time.Microsecond))
-	if d := p.DecideN(from("192.0.2.9"), 2047); d.Outcome != OutcomeAllowed {
+	if d := p.testCheck(from("192.0.2.9"), 2047); d.Outcome != OutcomeAllowed {
 		t.Fatalf("the other 2047 units: %v", d.Outcome)
 	}
 	redistest.SetTime(mr, t0.Add(time.Second))
-	if d := p.Decide(from("192.0.2.9")); d.Outcome != OutcomeDenied {
+	if d := p.testDecide(from("192.0.2.9")); d.Outcome != OutcomeDenied {
 		t.Fatalf("one unit a Period after the first: %v; the shared entry should still count it", d.Outcome)
 	}
 	redistest.SetTime(mr, t0.Add(time.Second+time.Second/1024))
-	if d := p.Decide(from("192.0.2.9")); d.Outcome != OutcomeAllowed {
+	if d := p.testDecide(from("192.0.2.9")); d.Outcome != OutcomeAllowed {
 		t.Errorf("one unit a Period and a 1024th after the first: %v, want admitted", d.Outcome)
 	}
 }

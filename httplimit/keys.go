@@ -120,16 +120,16 @@ func KeyByRoute() KeyFunc {
 	return func(r Request) (string, error) {
 		route := r.Route()
 		if route == "" {
-			return "", ErrNoRoute
+			return "", errNoRoute
 		}
 		return keyspace.Route(route), nil
 	}
 }
 
 var (
-	// ErrNoRoute is the error of KeyByRoute for a request whose route the
-	// framework has not matched where the middleware runs.
-	ErrNoRoute  = errors.New("httplimit: KeyByRoute: no route pattern for this request; mount the middleware on the routes (chi: r.With(mw).Get(...); ServeMux: wrap each handler)")
+	// errNoRoute is KeyByRoute's for a request whose route the framework
+	// has not matched where the middleware runs: the Policy logs it once.
+	errNoRoute  = errors.New("httplimit: KeyByRoute: no route pattern for this request; mount the middleware on the routes (chi: r.With(mw).Get(...); ServeMux: wrap each handler)")
 	errNoKeys   = errors.New("httplimit: no key functions")
 	errEmptyKey = errors.New("httplimit: the key function returned an empty key")
 )

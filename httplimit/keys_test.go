@@ -75,9 +75,9 @@ func TestHeaderNamesCanonical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := p.Decide(from("192.0.2.1"))
+	d := p.testDecide(from("192.0.2.1"))
 	n := 0
-	d.WriteHeaders(setter(func(name, _ string) {
+	d.writeHeaders(setter(func(name, _ string) {
 		n++
 		if name != http.CanonicalHeaderKey(name) {
 			t.Errorf("header %q is not in canonical form", name)

@@ -31,7 +31,7 @@ func TestCLIKeysAreHTTPLimitKeys(t *testing.T) {
 		from("[2001:db8::1]", "X-Org", "acme"),
 		from("192.0.2.9", "X-Api-Key", " k{1}%\t", "X-Org", "acme"),
 	} {
-		if d := p.Decide(r); d.Outcome != OutcomeAllowed {
+		if d := p.testDecide(r); d.Outcome != OutcomeAllowed {
 			t.Fatalf("%v: %v (%v)", r, d.Outcome, d.Err)
 		}
 	}

@@ -32,7 +32,7 @@ func TestNearLimit(t *testing.T) {
 			tt.cfg.Limiter = l
 			p := mustNew(t, tt.cfg)
 			for i, want := range tt.near {
-				d := p.Decide(from("192.0.2.1"))
+				d := p.testDecide(from("192.0.2.1"))
 				if denied := !d.Proceed(); denied != (i+1 == tt.denied) {
 					t.Fatalf("request %d: proceed %v (%v)", i+1, d.Proceed(), d.Outcome)
 				}

@@ -115,10 +115,10 @@ func (o orderedObserver) Observe(Decision) { *o.order = append(*o.order, o.name)
 // metrics count by), and a decision Redis made, or a caller's mistake,
 // none. Before it, the breaker's decisions were counted nowhere apart.
 func TestDegraded(t *testing.T) {
-	for _, fail := range []FailPolicy{FailOpen, FailClosed} {
-		failed := map[FailPolicy]string{FailOpen: "fail_open", FailClosed: "fail_closed"}[fail]
+	for _, failClosed := range []bool{false, true} {
+		failed := map[bool]string{false: "fail_open", true: "fail_closed"}[failClosed]
 		// FailClosed refuses what the fallback decided.
-		byFallback := map[FailPolicy]string{FailOpen: "fallback", FailClosed: "fail_closed"}[fail]
+		byFallback := map[bool]string{false: "fallback", true: "fail_closed"}[failClosed]
 		steps := []struct {
 			name     string
 			opts     []core.Option
@@ -137,7 +137,7 @@ func TestDegraded(t *testing.T) {
 				[]string{byFallback, byFallback}, nil},
 		}
 		for _, st := range steps {
-			t.Run(fail.String()+"/"+st.name, func(t *testing.T) {
+			t.Run(failed+"/"+st.name, func(t *testing.T) {
 				mr, _ := redistest.Mini(t)
 				rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), MaxRetries: -1}) // a closed Redis fails at once
 				t.Cleanup(func() { _ = rdb.Close() })
@@ -146,7 +146,7 @@ func TestDegraded(t *testing.T) {
 					mr.Close()
 				}
 				var obs observed
-				p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(10), Fail: fail, Observers: []Observer{&obs},
+				p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(10), FailClosed: failClosed, Observers: []Observer{&obs},
 					Cost: func(Request) int { return st.cost }})
 				for i, want := range st.want {
 					d, _ := decide(p, from("192.0.2.1"))

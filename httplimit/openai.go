@@ -23,12 +23,12 @@ type OpenAI struct {
 	Unit string // Default: "requests"
 }
 
-// WriteHeaders writes the three fields of o's unit, unless a Policy before
+// writeHeaders writes the three fields of o's unit, unless a Policy before
 // this one wrote them with less remaining (or as little, and this one
 // admits). A Policy writes them through the names New compiles once.
-func (o OpenAI) WriteHeaders(h HeaderWriter, d *Decision) {
+func (o OpenAI) writeHeaders(h HeaderWriter, d *Decision) {
 	if f, err := o.fields(); err == nil {
-		f.WriteHeaders(h, d)
+		f.writeHeaders(h, d)
 	}
 }
 
@@ -49,7 +49,7 @@ func (o OpenAI) fields() (openAIFields, error) {
 // openAIFields is an OpenAI style compiled by New.
 type openAIFields struct{ limit, remaining, reset string }
 
-func (f openAIFields) WriteHeaders(h HeaderWriter, d *Decision) {
+func (f openAIFields) writeHeaders(h HeaderWriter, d *Decision) {
 	r := d.Result
 	writeRetryMillis(h, d) // the longest wait, whichever Policy's fields stand
 	if prev, err := strconv.Atoi(h.Get(f.remaining)); err == nil && (prev < r.Remaining || prev == r.Remaining && r.Allowed) {

@@ -19,8 +19,8 @@ func TestOpenAIHeaders(t *testing.T) {
 		Cost: func(Request) int { return 300 }})
 	h := http.Header{}
 	for _, p := range []*Policy{requests, tokens} {
-		d := p.Decide(from("192.0.2.1"))
-		d.WriteHeaders(h)
+		d := p.testDecide(from("192.0.2.1"))
+		d.writeHeaders(h)
 	}
 	checkHeaders(t, "openai", h, map[string]string{
 		"x-ratelimit-limit-requests":     "3",
@@ -42,11 +42,11 @@ func TestOpenAIStrictestPolicy(t *testing.T) {
 	for _, order := range [][]*Policy{{loose, strict}, {strict, loose}} {
 		h := http.Header{}
 		for _, p := range order {
-			d := p.Decide(from("192.0.2.7"))
-			d.WriteHeaders(h)
+			d := p.testDecide(from("192.0.2.7"))
+			d.writeHeaders(h)
 		}
 		if got := h.Get("x-ratelimit-limit-requests"); got != "5" {
-			t.Errorf("order %s first: x-ratelimit-limit-requests = %q, want the strict Policy's 5", order[0].Name(), got)
+			t.Errorf("order %s first: x-ratelimit-limit-requests = %q, want the strict Policy's 5", order[0].name, got)
 		}
 	}
 }

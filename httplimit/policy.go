@@ -10,6 +10,7 @@ import (
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/clock"
 	"github.com/redlimit/redlimit/internal/keyspace"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Policy is a compiled Config: the decision step every adapter shares. It
@@ -31,16 +32,13 @@ type Policy struct {
 	countIf      func(int) bool
 	settle       bool
 	headers      Headers
-	fail         FailPolicy
+	failClosed   bool
 	dryRun       bool
 	maxWait      time.Duration
 	observers    []Observer
 	noRoute      *atomic.Bool // logged once: a KeyByRoute mounted where no route is known
 	losses       *lossLog     // InFlight permits lost while their requests ran
 }
-
-// Name is the Policy's name (Config.Name).
-func (p *Policy) Name() string { return p.name }
 
 // WithKey returns a copy of p that keys requests with key: for adapters
 // whose framework has a key hook of its own (Fiber's KeyGenerator, Echo's
@@ -51,49 +49,15 @@ func (p *Policy) WithKey(key KeyFunc) *Policy {
 	return &c
 }
 
-// Decide decides r at the cost Config.Cost says (1 by default) and, for an
-// admitted LeakyBucket request, waits out its Delay (or until r's context
-// ends).
-func (p *Policy) Decide(r Request) Decision { return p.decideRequest(r, 0, false) }
-
-// DecideN is Decide at cost n: from inside a handler, for limits that
-// depend on what the request holds (see each adapter's Check). It takes
-// no InFlight permit: nothing would give it back when the request ends,
-// and the Policy's middleware holds the request's own.
-func (p *Policy) DecideN(r Request, n int) Decision { return p.decideRequest(r, n, true) }
-
-// decideRequest is every request's one path: the key first, so that a
-// request that cannot be keyed calls no hook of the user's and costs Redis
-// nothing; then the cost (n, or Config.Cost when n is 0) and the Limit
-// (Config.LimitFunc), then the Limiter.
+// decideRequest is every request's one path: prepare, the Limiter, the
+// outcome, a LeakyBucket's wait, and the Observers.
 func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	d := Decision{Policy: p.name, policy: p, Limit: p.limit, ctx: p.callContext(r.Context()), inHandler: inHandler}
 	start := time.Now()
-	key, err := p.key(r)
-	if err == nil && key == "" {
-		// Never one shared bucket for every request that has no key.
-		err = errEmptyKey
-	}
-	if err == nil {
-		d.Key, d.key = key, keyspace.Policy(p.name, key)
-		d.cost = n
-		if n == 0 {
-			d.cost = 1
-			if p.cost != nil {
-				d.cost = p.cost(r)
-			}
-		}
-		if p.limitFunc != nil {
-			if l, ok := p.limitFunc(r, key); ok {
-				d.Limit = l
-			}
-		}
-		d.rules, err = p.rules(r, d.key, d.Limit, inHandler)
-	}
-	if err != nil {
+	if err := p.prepare(r, &d, n); err != nil {
 		d.Err, d.Outcome = err, OutcomeNoKey
-		if errors.Is(err, ErrNoRoute) && p.noRoute.CompareAndSwap(false, true) {
-			if log := p.limiter.Logger(); log != nil {
+		if errors.Is(err, errNoRoute) && p.noRoute.CompareAndSwap(false, true) {
+			if log := observe.Logger(p.limiter); log != nil {
 				log.Warn("redlimit: KeyByRoute found no route: the middleware runs before routing, so every request is refused as unkeyable",
 					"policy", p.name, "fix", "mount it on the routes (chi: r.With(mw), r.Group; net/http: wrap each handler)")
 			}
@@ -111,10 +75,10 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 			// closed Limiter): serving it would let a huge or negative cost
 			// through, or every request once the Limiter is closed.
 			d.Err, d.Outcome = err, OutcomeFailedClosed
-			if p.fail == FailOpen && errors.Is(err, core.ErrUnavailable) {
+			if !p.failClosed && errors.Is(err, core.ErrUnavailable) {
 				d.Outcome = OutcomeFailedOpen
 			}
-		case p.fail == FailClosed && d.Result.Fallback:
+		case p.failClosed && d.Result.Fallback:
 			// Redis did not decide: FailClosed refuses what the local
 			// fallback would have served.
 			d.Err, d.Outcome = errFallbackClosed, OutcomeFailedClosed
@@ -144,8 +108,38 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 	return d
 }
 
+// prepare is what d is decided under: the key first, so that a request
+// that cannot be keyed calls no hook of the user's and costs Redis
+// nothing; then the cost (n, or Config.Cost when n is 0), the Limit
+// (Config.LimitFunc) and the rules.
+func (p *Policy) prepare(r Request, d *Decision, n int) error {
+	key, err := p.key(r)
+	if err == nil && key == "" {
+		// Never one shared bucket for every request that has no key.
+		err = errEmptyKey
+	}
+	if err != nil {
+		return err
+	}
+	d.Key, d.key = key, keyspace.Policy(p.name, key)
+	d.cost = n
+	if n == 0 {
+		d.cost = 1
+		if p.cost != nil {
+			d.cost = p.cost(r)
+		}
+	}
+	if p.limitFunc != nil {
+		if l, ok := p.limitFunc(r, key); ok {
+			d.Limit = l
+		}
+	}
+	d.rules, err = p.rules(r, d.key, d.Limit, d.inHandler)
+	return err
+}
+
 // rules are what a request is decided under: its key's Limit and Layers,
-// the Scopes, and last the key's InFlight permit (not for DecideN, which
+// the Scopes, and last the key's InFlight permit (not for Check, which
 // takes none). The key's own come first: on a Cluster, where keys in other
 // slots are decided one slot after another, the Scopes (a ceiling shared
 // by everyone) are asked only for requests the key admits.

@@ -239,13 +239,13 @@ func TestGlobalOnlyAfterLayersAdmit(t *testing.T) {
 			}
 			p := mustNew(t, cfg)
 			for i := range 2 {
-				if d := p.Decide(from("198.51.100.1")); d.Outcome != OutcomeAllowed {
+				if d := p.testDecide(from("198.51.100.1")); d.Outcome != OutcomeAllowed {
 					t.Fatalf("request %d: %v (err %v), want allowed", i+1, d.Outcome, d.Err)
 				}
 			}
 			for i := range 5 {
 				before := count.n.Load()
-				if d := p.Decide(from("198.51.100.1")); d.Outcome != OutcomeDenied {
+				if d := p.testDecide(from("198.51.100.1")); d.Outcome != OutcomeDenied {
 					t.Fatalf("denied request %d: %v (err %v), want denied", i+1, d.Outcome, d.Err)
 				}
 				if got := count.n.Load() - before; got != 1 {
@@ -271,11 +271,11 @@ func TestLayersWaitLeakyDelay(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := mustNew(t, tt.cfg)
-			if d := p.Decide(from("192.0.2.9")); d.Outcome != OutcomeAllowed {
+			if d := p.testDecide(from("192.0.2.9")); d.Outcome != OutcomeAllowed {
 				t.Fatalf("first request: %v (err %v)", d.Outcome, d.Err)
 			}
 			start := time.Now()
-			d := p.Decide(from("192.0.2.9"))
+			d := p.testDecide(from("192.0.2.9"))
 			waited := time.Since(start)
 			if d.Outcome != OutcomeAllowed {
 				t.Fatalf("second request: %v (err %v)", d.Outcome, d.Err)
@@ -320,7 +320,7 @@ func TestDryRunNeverDenies(t *testing.T) {
 		})
 	}
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerHour(2), Key: KeyByHeader("X-API-Key"), DryRun: true})
-	if d := p.Decide(from("203.0.113.1")); d.Outcome != OutcomeNoKey || !d.Proceed() {
+	if d := p.testDecide(from("203.0.113.1")); d.Outcome != OutcomeNoKey || !d.Proceed() {
 		t.Errorf("a dry run of a request without a key: %v, Proceed %v; want no_key that proceeds", d.Outcome, d.Proceed())
 	}
 }
@@ -348,7 +348,7 @@ func TestInvalidCostFailsClosed(t *testing.T) {
 			mr, _, l := mini(t)
 			var obs observed
 			cfg := Config{Limiter: l, Limit: core.PerSecond(10), Layers: tt.layers,
-				Fail: FailOpen, Cost: func(Request) int { return tt.cost }, Observers: []Observer{&obs}}
+				Cost: func(Request) int { return tt.cost }, Observers: []Observer{&obs}}
 			if tt.limitFn != nil {
 				cfg.LimitFunc = func(r Request, _ string) (core.Limit, bool) { return tt.limitFn(r) }
 			}
@@ -414,7 +414,7 @@ func TestUnkeyedRefused(t *testing.T) {
 			}
 			serve := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, ServeUnkeyed: true, Cost: cost, LimitFunc: limitFunc})
 			for range 3 {
-				if d := serve.Decide(tt.req); d.Outcome != OutcomeNoKey || !d.Proceed() {
+				if d := serve.testDecide(tt.req); d.Outcome != OutcomeNoKey || !d.Proceed() {
 					t.Errorf("ServeUnkeyed: %v, Proceed %v; want no_key, served", d.Outcome, d.Proceed())
 				}
 			}
@@ -445,8 +445,8 @@ func TestNoRouteWarnsOnce(t *testing.T) {
 	l := newLimiter(t, rdb, core.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: KeyByRoute()})
 	for range 5 {
-		if d := p.Decide(testRequest{remote: "192.0.2.1:1", header: http.Header{}}); d.Outcome != OutcomeNoKey || !errors.Is(d.Err, ErrNoRoute) {
-			t.Fatalf("a request with no route: %v (%v), want no_key with ErrNoRoute", d.Outcome, d.Err)
+		if d := p.testDecide(testRequest{remote: "192.0.2.1:1", header: http.Header{}}); d.Outcome != OutcomeNoKey || !errors.Is(d.Err, errNoRoute) {
+			t.Fatalf("a request with no route: %v (%v), want no_key with errNoRoute", d.Outcome, d.Err)
 		}
 	}
 	out := logged.String()
@@ -465,15 +465,15 @@ func TestDecisionKey(t *testing.T) {
 	_, _, l := mini(t)
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1)})
 	for i, want := range []Outcome{OutcomeAllowed, OutcomeDenied} {
-		if d := p.Decide(from("192.0.2.7")); d.Outcome != want || d.Key != "ip:192.0.2.7" {
+		if d := p.testDecide(from("192.0.2.7")); d.Outcome != want || d.Key != "ip:192.0.2.7" {
 			t.Errorf("request %d: %v with Key %q, want %v with Key %q", i+1, d.Outcome, d.Key, want, "ip:192.0.2.7")
 		}
 	}
 	byHeader := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: KeyByHeader("x-api-key")})
-	if d := byHeader.Decide(from("192.0.2.7", "X-Api-Key", "k1")); d.Key != "h:X-Api-Key:k1" {
+	if d := byHeader.testDecide(from("192.0.2.7", "X-Api-Key", "k1")); d.Key != "h:X-Api-Key:k1" {
 		t.Errorf("KeyByHeader: Key %q, want %q", d.Key, "h:X-Api-Key:k1")
 	}
-	if d := byHeader.Decide(from("192.0.2.7")); d.Outcome != OutcomeNoKey || d.Key != "" {
+	if d := byHeader.testDecide(from("192.0.2.7")); d.Outcome != OutcomeNoKey || d.Key != "" {
 		t.Errorf("no header: %v with Key %q, want no_key with no Key", d.Outcome, d.Key)
 	}
 }
@@ -490,11 +490,11 @@ func TestRedisFault(t *testing.T) {
 			}
 			return 1
 		}})
-	p.Decide(from("192.0.2.1"))
-	p.Decide(testRequest{remote: "@", header: http.Header{}}) // no key
-	p.Decide(from("192.0.2.1", "X-Cost", "yes"))              // cost above capacity
+	p.testDecide(from("192.0.2.1"))
+	p.testDecide(testRequest{remote: "@", header: http.Header{}}) // no key
+	p.testDecide(from("192.0.2.1", "X-Cost", "yes"))              // cost above capacity
 	mr.Close()
-	p.Decide(from("192.0.2.1")) // Redis gone
+	p.testDecide(from("192.0.2.1")) // Redis gone
 	want := []struct {
 		outcome Outcome
 		fault   bool
@@ -513,13 +513,13 @@ func TestRedisFault(t *testing.T) {
 // fail closed, without a Retry-After.
 func TestDryRunNeverBlocks(t *testing.T) {
 	mr, _, l := mini(t)
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerSecond(1), Fail: FailClosed, DryRun: true})
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerSecond(1), FailClosed: true, DryRun: true})
 	mr.Close()
-	d := p.Decide(from("192.0.2.1"))
+	d := p.testDecide(from("192.0.2.1"))
 	if d.Outcome != OutcomeFailedClosed || !d.Proceed() || d.Status() != 0 {
 		t.Errorf("Outcome %v, Proceed %v, Status %d; want failed_closed that still proceeds", d.Outcome, d.Proceed(), d.Status())
 	}
-	d.WriteHeaders(setter(func(name, value string) {
+	d.writeHeaders(setter(func(name, value string) {
 		t.Errorf("a dry run that proceeds wrote %s: %s", name, value)
 	}))
 }
@@ -567,9 +567,9 @@ func TestCountIf(t *testing.T) {
 			_, _, l := mini(t)
 			p := mustNew(t, Config{Limiter: l, Limit: limit, CountIf: CountFailed})
 			serve := func(status int) Outcome {
-				d := p.Decide(from("192.0.2.1"))
-				if d.Proceed() && d.WantsFinish() {
-					d.Finish(status)
+				d := p.testDecide(from("192.0.2.1"))
+				if d.Proceed() && d.wantsFinish() {
+					d.finish(status)
 				}
 				return d.Outcome
 			}
@@ -598,7 +598,7 @@ func TestCountIf(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			d := p.Decide(from("192.0.2.7"))
+			d := p.testDecide(from("192.0.2.7"))
 			if !d.Proceed() {
 				return
 			}
@@ -606,7 +606,7 @@ func TestCountIf(t *testing.T) {
 			reached++
 			mu.Unlock()
 			time.Sleep(20 * time.Millisecond) // checking the password
-			d.Finish(http.StatusUnauthorized)
+			d.finish(http.StatusUnauthorized)
 		})
 	}
 	wg.Wait()
@@ -642,7 +642,6 @@ func TestConfigErrors(t *testing.T) {
 		{Config{Limiter: l, InFlight: 2, InFlightLease: -time.Second}, "Config.InFlightLease"},
 		{Config{Limiter: l, InFlight: 2, Layers: eight[:7]}, "at most 6 Limits beside"},
 		{Config{Limiter: l, Headers: Headers{nil}}, "Config.Headers[0]"},
-		{Config{Limiter: l, Fail: 7}, "Config.Fail"},
 		{Config{Limiter: l, MaxWait: -time.Second}, "Config.MaxWait"},
 	} {
 		if p, err := New(tt.cfg); err == nil || p != nil || !strings.Contains(err.Error(), tt.want) {
@@ -650,8 +649,8 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 	p := mustNew(t, Config{Limiter: l})
-	if p.limit != core.PerSecond(10) || p.Name() != "http" {
-		t.Errorf("defaults: limit %v, name %q; want 10/s and http", p.limit, p.Name())
+	if p.limit != core.PerSecond(10) || p.name != "http" {
+		t.Errorf("defaults: limit %v, name %q; want 10/s and http", p.limit, p.name)
 	}
 }
 
@@ -683,15 +682,8 @@ func TestText(t *testing.T) {
 	if _, err := (Headers{XRateLimit{Limit: "L"}}).MarshalText(); err == nil {
 		t.Error("renamed headers marshaled to text")
 	}
-	var f FailPolicy
-	if err := f.UnmarshalText([]byte("closed")); err != nil || f != FailClosed || f.String() != "closed" {
-		t.Errorf("FailPolicy closed: %v, %v", f, err)
-	}
-	if err := f.UnmarshalText([]byte("ajar")); err == nil {
-		t.Error(`FailPolicy.UnmarshalText("ajar"): no error`)
-	}
-	if b, err := OutcomeNoKey.MarshalText(); err != nil || string(b) != "no_key" {
-		t.Errorf("OutcomeNoKey.MarshalText = %q, %v", b, err)
+	if s := OutcomeNoKey.String(); s != "no_key" {
+		t.Errorf("OutcomeNoKey.String() = %q", s)
 	}
 }
 
@@ -729,17 +721,17 @@ func TestReset(t *testing.T) {
 	_, _, l := mini(t)
 	p := mustNew(t, Config{Limiter: l, Limit: core.PerHour(1), Layers: []core.Limit{core.PerHour(5)}})
 	for _, ip := range []string{"192.0.2.1", "192.0.2.2"} {
-		if d := p.Decide(from(ip)); d.Outcome != OutcomeAllowed {
+		if d := p.testDecide(from(ip)); d.Outcome != OutcomeAllowed {
 			t.Fatalf("%s: %v", ip, d.Outcome)
 		}
 	}
 	if err := p.Reset(from("192.0.2.1")); err != nil {
 		t.Fatal(err)
 	}
-	if d := p.Decide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
+	if d := p.testDecide(from("192.0.2.1")); d.Outcome != OutcomeAllowed {
 		t.Errorf("after Reset: %v, want allowed", d.Outcome)
 	}
-	if d := p.Decide(from("192.0.2.2")); d.Outcome != OutcomeDenied {
+	if d := p.testDecide(from("192.0.2.2")); d.Outcome != OutcomeDenied {
 		t.Errorf("another key after Reset: %v, want still denied", d.Outcome)
 	}
 	if err := p.Reset(testRequest{remote: "@", header: http.Header{}}); err == nil {

@@ -97,8 +97,8 @@ func TestRefusedBySweep(t *testing.T) {
 				for i, s := range steps {
 					name := "request " + strconv.Itoa(i+1)
 					d, h := decide(p, from(s.ip))
-					if !s.hold && d.WantsFinish() {
-						d.Finish(http.StatusOK)
+					if !s.hold && d.wantsFinish() {
+						d.finish(http.StatusOK)
 					}
 					checkRefusedBy(t, name, d, h, s.refusedBy, s.member, s.limit)
 					if got := obs.decisions[len(obs.decisions)-1].RefusedBy; got != d.RefusedBy {
@@ -110,7 +110,7 @@ func TestRefusedBySweep(t *testing.T) {
 				}
 				mr.SetError("MASTERDOWN the test's fault")
 				// A client with no denial cached: Redis is asked.
-				if d := p.Decide(from("192.0.2.9")); d.Err == nil || d.RefusedBy != "" {
+				if d := p.testDecide(from("192.0.2.9")); d.Err == nil || d.RefusedBy != "" {
 					t.Errorf("Redis failing: %v (err %v), RefusedBy %q; want a failure and none", d.Outcome, d.Err, d.RefusedBy)
 				}
 			})
@@ -153,7 +153,7 @@ func TestDecisionContext(t *testing.T) {
 	p := mustNew(t, Config{Limiter: l, Observers: []Observer{&obs}})
 	r := from("192.0.2.1")
 	r.ctx = context.WithValue(t.Context(), ctxKey{}, "the request's")
-	p.Decide(r)
+	p.testDecide(r)
 	if got := obs.decisions[0].Context().Value(ctxKey{}); got != "the request's" {
 		t.Errorf("the Observer's Decision.Context() carries %v, want the request's context", got)
 	}

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // ErrPermitLost is the cause (context.Cause) with which the context a
-// handler is served with (see Decision.Attach) is cancelled when its
+// handler is served with (by Policy.Serve) is cancelled when its
 // request's InFlight permit is lost: it lapsed and the key is full, or,
 // failing closed, Redis could not renew it before its lease ran out. The
 // request no longer counts against Config.InFlight, so it should stop:
@@ -116,7 +117,7 @@ func (r *renewal) lapsed() {
 	if why == nil {
 		why = errors.New("no renewal answered")
 	}
-	if r.p.fail == FailClosed {
+	if r.p.failClosed {
 		r.lose(fmt.Errorf("%w: not renewed within its %v lease: %w", ErrPermitLost, r.lease, why))
 		return
 	}
@@ -191,7 +192,7 @@ func (l *lossLog) log(p *Policy, msg string, err error) {
 	n, all := l.n, l.all
 	l.at, l.n = now, 0
 	l.mu.Unlock()
-	if log := p.limiter.Logger(); log != nil {
+	if log := observe.Logger(p.limiter); log != nil {
 		log.Warn(msg, "policy", p.name, "err", err, "since_last_record", n, "total", all)
 	}
 }

@@ -75,7 +75,7 @@ func (c *scriptCalls) next(t *testing.T, limit time.Duration, what string) error
 // on one miniredis whose clock stands still unless the test moves it (at),
 // and the hook on the first instance's client, which reports its script
 // calls and can cut its link.
-func inflightFleet(t *testing.T, lease time.Duration, fail FailPolicy) (p1 *Policy, calls *scriptCalls, p2 *Policy, at func(time.Duration)) {
+func inflightFleet(t *testing.T, lease time.Duration, failClosed bool) (p1 *Policy, calls *scriptCalls, p2 *Policy, at func(time.Duration)) {
 	mr, _ := redistest.Mini(t)
 	prefix := prefixOf(t)
 	calls = &scriptCalls{calls: make(chan error, 64)}
@@ -87,7 +87,7 @@ func inflightFleet(t *testing.T, lease time.Duration, fail FailPolicy) (p1 *Poli
 			rdb.AddHook(calls)
 		}
 		l := newLimiter(t, rdb, core.WithPrefix(prefix), core.WithBreaker(0, 0))
-		policies[i] = mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, InFlightLease: lease, Fail: fail})
+		policies[i] = mustNew(t, Config{Limiter: l, Limit: core.PerMinute(100), InFlight: 1, InFlightLease: lease, FailClosed: failClosed})
 	}
 	at = func(d time.Duration) { redistest.SetTime(mr, redistest.Epoch.Add(d)) }
 	return policies[0], calls, policies[1], at
@@ -97,11 +97,11 @@ func inflightFleet(t *testing.T, lease time.Duration, fail FailPolicy) (p1 *Poli
 // returns it with the context its handler gets.
 func admit(t *testing.T, p *Policy, what string) (Decision, context.Context) {
 	t.Helper()
-	d := p.Decide(from("192.0.2.1"))
-	if d.Outcome != OutcomeAllowed || !d.WantsFinish() {
+	d := p.testDecide(from("192.0.2.1"))
+	if d.Outcome != OutcomeAllowed || !d.wantsFinish() {
 		t.Fatalf("%s: %v (err %v), want allowed with a permit", what, d.Outcome, d.Err)
 	}
-	return d, d.Attach(context.Background())
+	return d, d.attach(context.Background())
 }
 
 // TestInFlightLapsedPermitWithoutRoomCancelsContext guards "A permit that
@@ -114,7 +114,7 @@ func admit(t *testing.T, p *Policy, what string) (Decision, context.Context) {
 // second.
 func TestInFlightLapsedPermitWithoutRoomCancelsContext(t *testing.T) {
 	const lease = 400 * time.Millisecond
-	p, calls, other, at := inflightFleet(t, lease, FailClosed)
+	p, calls, other, at := inflightFleet(t, lease, true)
 	first, ctx := admit(t, p, "first request")
 	_ = calls.next(t, time.Second, "the take")
 	at(time.Second) // the first permit lapsed, in Redis' eyes
@@ -127,11 +127,11 @@ func TestInFlightLapsedPermitWithoutRoomCancelsContext(t *testing.T) {
 	if cause := context.Cause(ctx); !errors.Is(cause, ErrPermitLost) {
 		t.Errorf("cause %v, want ErrPermitLost", cause)
 	}
-	second.Finish(http.StatusOK)
+	second.finish(http.StatusOK)
 	// The first handler still runs, and holds nothing.
 	third, _ := admit(t, other, "a request once the second ended")
-	third.Finish(http.StatusOK)
-	first.Finish(http.StatusOK)
+	third.finish(http.StatusOK)
+	first.finish(http.StatusOK)
 }
 
 // TestInFlightLapsedPermitWithRoomIsTakenAgain guards "one that finds its
@@ -140,20 +140,20 @@ func TestInFlightLapsedPermitWithoutRoomCancelsContext(t *testing.T) {
 // first handler's context runs on until Finish ends it.
 func TestInFlightLapsedPermitWithRoomIsTakenAgain(t *testing.T) {
 	const lease = 400 * time.Millisecond
-	p, calls, other, at := inflightFleet(t, lease, FailClosed)
+	p, calls, other, at := inflightFleet(t, lease, true)
 	first, ctx := admit(t, p, "first request")
 	_ = calls.next(t, time.Second, "the take")
 	at(time.Second) // the permit lapsed, and nobody took its place
 	if err := calls.next(t, 10*lease, "the renewal"); err != nil {
 		t.Fatalf("renewal: %v", err)
 	}
-	if d := other.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+	if d := other.testDecide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("a request after the renewal: %v (err %v), want %v: the renewal took the permit again", d.Outcome, d.Err, OutcomeInFlight)
 	}
 	if ctx.Err() != nil {
 		t.Errorf("the handler's context ended (%v) though its permit was taken again", context.Cause(ctx))
 	}
-	first.Finish(http.StatusOK)
+	first.finish(http.StatusOK)
 	if ctx.Err() == nil || context.Cause(ctx) != context.Canceled {
 		t.Errorf("after Finish the context is %v (cause %v), want canceled: it ends with the handler", ctx.Err(), context.Cause(ctx))
 	}
@@ -165,7 +165,7 @@ func TestInFlightLapsedPermitWithRoomIsTakenAgain(t *testing.T) {
 // not half a lease later, when the permit would have lapsed.
 func TestInFlightFailedRenewalRetriedWithinLease(t *testing.T) {
 	const lease = time.Second
-	p, calls, _, _ := inflightFleet(t, lease, FailClosed)
+	p, calls, _, _ := inflightFleet(t, lease, true)
 	taken := time.Now()
 	first, ctx := admit(t, p, "first request")
 	_ = calls.next(t, time.Second, "the take")
@@ -183,7 +183,7 @@ func TestInFlightFailedRenewalRetriedWithinLease(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Errorf("the handler's context ended (%v) after one failed renewal", context.Cause(ctx))
 	}
-	first.Finish(http.StatusOK)
+	first.finish(http.StatusOK)
 }
 
 // TestInFlightUnrenewedPermitFollowsFailPolicy guards "failing closed,
@@ -197,7 +197,7 @@ func TestInFlightFailedRenewalRetriedWithinLease(t *testing.T) {
 func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 	const lease = 400 * time.Millisecond
 	t.Run("closed", func(t *testing.T) {
-		p, calls, _, _ := inflightFleet(t, lease, FailClosed)
+		p, calls, _, _ := inflightFleet(t, lease, true)
 		taken := time.Now()
 		first, ctx := admit(t, p, "first request")
 		_ = calls.next(t, time.Second, "the take")
@@ -213,10 +213,10 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 		if cause := context.Cause(ctx); !errors.Is(cause, ErrPermitLost) || !strings.Contains(cause.Error(), "link cut") {
 			t.Errorf("cause %v, want ErrPermitLost naming the Redis error", cause)
 		}
-		first.Finish(http.StatusOK)
+		first.finish(http.StatusOK)
 	})
 	t.Run("open", func(t *testing.T) {
-		p, calls, other, at := inflightFleet(t, lease, FailOpen)
+		p, calls, other, at := inflightFleet(t, lease, false)
 		first, ctx := admit(t, p, "first request")
 		_ = calls.next(t, time.Second, "the take")
 		calls.cut("link cut")
@@ -236,8 +236,8 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 		if cause := context.Cause(ctx); !errors.Is(cause, ErrPermitLost) || !strings.Contains(cause.Error(), "full") {
 			t.Errorf("cause %v, want ErrPermitLost: the key is full", cause)
 		}
-		second.Finish(http.StatusOK)
-		first.Finish(http.StatusOK)
+		second.finish(http.StatusOK)
+		first.finish(http.StatusOK)
 	})
 }
 
@@ -245,13 +245,13 @@ func TestInFlightUnrenewedPermitFollowsFailPolicy(t *testing.T) {
 // the key's requests still running" (Policy.Reset): before, a Reset let a
 // second request in beside a running one under InFlight(1).
 func TestResetKeepsInFlightPermits(t *testing.T) {
-	p, _, other, _ := inflightFleet(t, time.Minute, FailClosed)
+	p, _, other, _ := inflightFleet(t, time.Minute, true)
 	first, _ := admit(t, p, "first request")
 	if err := p.Reset(from("192.0.2.1")); err != nil {
 		t.Fatal(err)
 	}
-	if d := other.Decide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
+	if d := other.testDecide(from("192.0.2.1")); d.Outcome != OutcomeInFlight {
 		t.Errorf("a request after Reset, the first still running: %v (err %v), want %v", d.Outcome, d.Err, OutcomeInFlight)
 	}
-	first.Finish(http.StatusOK)
+	first.finish(http.StatusOK)
 }

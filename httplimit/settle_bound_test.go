@@ -40,16 +40,16 @@ func TestSettleHugeReportIsCharged(t *testing.T) {
 				cfg.Cost, cfg.Settle = func(Request) int { return 10 }, true
 				p := mustNew(t, cfg)
 				settled(t, p, "192.0.2.1", http.StatusOK, func(ctx context.Context) {
-					if !ReportCost(ctx, p, report) {
+					if !p.ReportCost(ctx, report) {
 						t.Fatal("ReportCost = false, want the report taken")
 					}
 				})
 				admitted := 0
 				for range 20 {
-					d := p.Decide(from("192.0.2.1"))
+					d := p.testDecide(from("192.0.2.1"))
 					if d.Proceed() {
 						admitted++
-						d.Finish(http.StatusOK)
+						d.finish(http.StatusOK)
 					}
 				}
 				if admitted != 0 {

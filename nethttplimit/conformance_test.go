@@ -65,7 +65,7 @@ func newApp(t *testing.T, cfgs []conformance.Config) conformance.RoundTrip {
 	}))
 	mux.Handle("GET /spend", limited(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.Header.Get("X-Used"))
-		if !nethttplimit.ReportCost(r, first, n) {
+		if !first.ReportCost(r.Context(), n) {
 			_, _ = io.WriteString(w, "unsettled")
 			return
 		}

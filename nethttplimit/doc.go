@@ -13,7 +13,7 @@
 // Every decision is httplimit's (see httplimit.Policy): this package only
 // reads the *http.Request and writes the decision back, so the responses,
 // headers, keys and client IPs are those the httplimit documentation
-// describes. Check, Reset and ReportCost (for httplimit.Config.Settle) work
+// describes. Check and Reset, and httplimit.Policy.ReportCost, work
 // from inside a handler. The repository's examples/nethttp is a complete
 // server.
 //

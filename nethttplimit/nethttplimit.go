@@ -1,6 +1,7 @@
 package nethttplimit
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/redlimit/redlimit/httplimit"
@@ -45,35 +46,26 @@ func New(p *httplimit.Policy, opts ...Option) func(http.Handler) http.Handler {
 				next.ServeHTTP(w, r)
 				return
 			}
-			d := p.Decide(request{r})
-			if !c.answer(w, r, &d) {
-				return
-			}
-			if !d.WantsFinish() {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if ctx := d.Attach(r.Context()); ctx != r.Context() {
-				r = r.WithContext(ctx)
-			}
-			sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-			finished := false
-			defer func() {
-				if !finished { // the handler panicked: it failed
-					d.Finish(http.StatusInternalServerError)
+			d := p.Serve(request{r}, w.Header(), func(ctx context.Context, wantStatus bool) int {
+				if ctx != r.Context() {
+					r = r.WithContext(ctx)
 				}
-			}()
-			next.ServeHTTP(sw, r)
-			finished = true
-			d.Finish(sw.status)
+				if !wantStatus {
+					next.ServeHTTP(w, r)
+					return 0
+				}
+				sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+				next.ServeHTTP(sw, r)
+				return sw.status
+			})
+			c.answer(w, r, &d)
 		})
 	}
 }
 
-// answer writes d's headers and, when the request does not proceed, its
-// answer; it reports whether the request proceeds.
+// answer writes the answer to a request d does not let proceed, and
+// reports whether it proceeds.
 func (c *config) answer(w http.ResponseWriter, r *http.Request, d *httplimit.Decision) bool {
-	d.WriteHeaders(w.Header())
 	switch {
 	case d.Proceed():
 		return true
@@ -92,7 +84,7 @@ func (c *config) answer(w http.ResponseWriter, r *http.Request, d *httplimit.Dec
 // request holds (its size, the rows it asks for); it writes the rate-limit
 // headers and, when the request may not go on, the answer (429, ...).
 func Check(w http.ResponseWriter, r *http.Request, p *httplimit.Policy, n int) bool {
-	d := p.DecideN(request{r}, n)
+	d := p.Check(request{r}, w.Header(), n)
 	return (&config{}).answer(w, r, &d)
 }
 
@@ -100,13 +92,6 @@ func Check(w http.ResponseWriter, r *http.Request, p *httplimit.Policy, n int) b
 // (after a successful login, say).
 func Reset(r *http.Request, p *httplimit.Policy) error {
 	return p.Reset(request{r})
-}
-
-// ReportCost tells p what r really cost, for httplimit.Config.Settle (see
-// httplimit.ReportCost): the middleware settles it when the handler
-// returns.
-func ReportCost(r *http.Request, p *httplimit.Policy, units int) bool {
-	return httplimit.ReportCost(r.Context(), p, units)
 }
 
 // statusWriter remembers the status the handler answered with, for

@@ -51,7 +51,7 @@ func Example_streamingCompletion() {
 			}
 			used += 450 // ... the model's usage, as it streams
 		}
-		nethttplimit.ReportCost(r, tokens, used) // 1800 tokens, settled once this returns
+		tokens.ReportCost(r.Context(), used) // 1800 tokens, settled once this returns
 	})
 	handler := nethttplimit.New(requests)(nethttplimit.New(tokens)(completions))
 

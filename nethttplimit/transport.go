@@ -228,7 +228,7 @@ func (t *Transport) give(ctx context.Context, key string, r core.Result) {
 }
 
 func (t *Transport) warn(msg, key string, pause time.Duration, err error) {
-	if log := t.limiter.Logger(); log != nil {
+	if log := observe.Logger(t.limiter); log != nil {
 		log.Warn("nethttplimit: Transport: "+msg, "key", key, "pause", pause, "err", err)
 	}
 }

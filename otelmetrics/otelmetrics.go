@@ -43,6 +43,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Option configures an Observer.
@@ -103,17 +104,9 @@ type Observer struct {
 // is cached and listed without a change here.
 var (
 	numAlgorithms = len(core.Algorithms())
-	numOutcomes   = len(httplimit.Outcomes())
-	outcomeNames  = joinNames(httplimit.Outcomes())
+	numOutcomes   = len(observe.Outcomes)
+	outcomeNames  = strings.Join(observe.Outcomes, ", ")
 )
-
-func joinNames[E fmt.Stringer](values []E) string {
-	s := make([]string, len(values))
-	for i, v := range values {
-		s[i] = v.String()
-	}
-	return strings.Join(s, ", ")
-}
 
 // New makes the instruments on meter. It fails only if meter refuses one.
 func New(meter metric.Meter, opts ...Option) (*Observer, error) {

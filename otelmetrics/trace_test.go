@@ -2,7 +2,6 @@ package otelmetrics_test
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/metricstest"
 	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/otelmetrics"
 )
@@ -101,26 +101,28 @@ func TestTraceSweep(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				last := new(metricstest.LastDecision)
 				p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: hourly(3), Layers: []core.Limit{hourly(2)},
-					InFlight: 1, Scopes: []httplimit.Scope{{Name: "global", Limit: global}}, Observers: []httplimit.Observer{o}})
+					InFlight: 1, Scopes: []httplimit.Scope{{Name: "global", Limit: global}}, Observers: []httplimit.Observer{o, last}})
 				if err != nil {
 					t.Fatal(err)
 				}
-				var held httplimit.Decision
+				var release func()
 				for i, s := range steps {
 					if s.release {
-						held.Finish(http.StatusOK)
+						release()
 					}
 					if s.fault {
 						mr.SetError("MASTERDOWN the test's fault")
 					}
 					exp.Reset()
 					ctx, req := tp.Tracer("test").Start(context.WithValue(t.Context(), ipKey{}, s.ip), "request")
-					d := p.Decide(traced{ctx})
+					var d httplimit.Decision
 					if s.hold {
-						held = d
+						release = metricstest.Hold(t, p, traced{ctx})
+						d = last.Get()
 					} else {
-						d.Finish(http.StatusOK)
+						d = metricstest.Serve(p, traced{ctx})
 					}
 					req.End()
 					spans := exp.GetSpans()
@@ -265,7 +267,7 @@ func TestNoTracing(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, req := tp.Tracer("test").Start(context.WithValue(t.Context(), ipKey{}, "192.0.2.1"), "request")
-	p.Decide(traced{ctx})
+	metricstest.Serve(p, traced{ctx})
 	req.End()
 	if spans := exp.GetSpans(); len(spans) != 1 || slices.ContainsFunc(spans[0].Attributes, func(kv attribute.KeyValue) bool {
 		return strings.HasPrefix(string(kv.Key), "redlimit.")

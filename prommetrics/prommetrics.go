@@ -29,7 +29,6 @@
 package prommetrics
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,6 +37,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Option configures a Collector.
@@ -105,17 +105,9 @@ type Collector struct {
 // is cached and listed without a change here.
 var (
 	numAlgorithms = len(core.Algorithms())
-	numOutcomes   = len(httplimit.Outcomes())
-	outcomeNames  = joinNames(httplimit.Outcomes())
+	numOutcomes   = len(observe.Outcomes)
+	outcomeNames  = strings.Join(observe.Outcomes, ", ")
 )
-
-func joinNames[E fmt.Stringer](values []E) string {
-	s := make([]string, len(values))
-	for i, v := range values {
-		s[i] = v.String()
-	}
-	return strings.Join(s, ", ")
-}
 
 // New returns a Collector. Register it with a prometheus.Registerer and
 // give it to the Policies it should count (httplimit.Config.Observers).

@@ -18,11 +18,11 @@ import (
 // while Redis cannot answer.
 func newLoginHandler(limiter *core.Limiter) (http.Handler, error) {
 	policy, err := httplimit.New(httplimit.Config{
-		Limiter: limiter,
-		Name:    "login",
-		Limit:   core.PerMinute(3),
-		CountIf: httplimit.CountFailed, // a good login gives its unit back
-		Fail:    httplimit.FailClosed,
+		Limiter:    limiter,
+		Name:       "login",
+		Limit:      core.PerMinute(3),
+		CountIf:    httplimit.CountFailed, // a good login gives its unit back
+		FailClosed: true,
 	})
 	if err != nil {
 		return nil, err

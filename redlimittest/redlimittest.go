@@ -101,8 +101,8 @@ func (r *Redis) Advance(d time.Duration) {
 
 // Down makes every command fail, as an unreachable Redis would, until Up.
 // The error is the one a replica without its master answers; the
-// Limiter's local fallback then decides (under httplimit.FailOpen;
-// FailClosed answers 503), on the process' clock, which Advance does not
+// Limiter's local fallback then decides (httplimit.Config.FailClosed
+// answers 503 instead), on the process' clock, which Advance does not
 // move.
 func (r *Redis) Down() { r.mr.SetError("MASTERDOWN redlimittest: Redis is down") }
 

@@ -45,7 +45,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return c.Status(fiber.StatusBadRequest).SendString(err.Error())
 		}
-		fiberlimit.ReportCost(c, app.Policy, units) // settled once this handler returns
+		app.Policy.ReportCost(c.UserContext(), units) // settled once this handler returns
 		return c.SendString("ok")
 	}
 

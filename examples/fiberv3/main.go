@@ -46,7 +46,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		if err != nil {
 			return c.Status(fiber.StatusBadRequest).SendString(err.Error())
 		}
-		fiberv3limit.ReportCost(c, app.Policy, units) // settled once this handler returns
+		app.Policy.ReportCost(c.Context(), units) // settled once this handler returns
 		return c.SendString("ok")
 	}
 

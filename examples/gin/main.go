@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			c.String(http.StatusBadRequest, err.Error())
 			return
 		}
-		ginlimit.ReportCost(c, app.Policy, units) // settled once this handler returns
+		app.Policy.ReportCost(c.Request.Context(), units) // settled once this handler returns
 		c.String(http.StatusOK, "ok")
 	}
 

@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/httplimit"
 )
 
 // config is the parsed command line and environment: the flags of the
@@ -26,7 +25,7 @@ type config struct {
 	period       time.Duration // default 1s
 	burst        int           // 0: = limit
 	key          string        // "ip" or "metadata:<name>"; default "ip"
-	fail         httplimit.FailPolicy
+	failClosed   bool
 	timeout      time.Duration // the most one decision may take; default 100ms
 }
 
@@ -69,7 +68,13 @@ func parseConfig(args []string, getenv func(string) string, stdout io.Writer) (c
 	fs.DurationVar(&cfg.period, "period", cfg.period, usage["period"])
 	fs.IntVar(&cfg.burst, "burst", 0, usage["burst"])
 	fs.StringVar(&cfg.key, "key", cfg.key, usage["key"])
-	fs.TextVar(&cfg.fail, "fail", httplimit.FailOpen, usage["fail"])
+	fs.Func("fail", usage["fail"], func(s string) error {
+		if s != "open" && s != "closed" {
+			return errors.New(`want "open" or "closed"`)
+		}
+		cfg.failClosed = s == "closed"
+		return nil
+	})
 	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, usage["timeout"])
 
 	if err := fs.Parse(args); err != nil {

@@ -113,11 +113,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		key = httplimit.KeyFirst(grpclimit.KeyByMetadata(name), key)
 	}
 	policy, err := httplimit.New(httplimit.Config{
-		Limiter: limiter,
-		Name:    "grpc",
-		Limit:   cfg.coreLimit(),
-		Key:     key,
-		Fail:    cfg.fail,
+		Limiter:    limiter,
+		Name:       "grpc",
+		Limit:      cfg.coreLimit(),
+		Key:        key,
+		FailClosed: cfg.failClosed,
 	})
 	if err != nil {
 		return err
@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	log.Info("limiting grpc.health.v1.Health", "limit", cfg.coreLimit().String(), "key", cfg.key,
-		"fail", cfg.fail.String(), "timeout", cfg.timeout)
+		"fail", map[bool]string{false: "open", true: "closed"}[cfg.failClosed], "timeout", cfg.timeout)
 	return serve(ctx, log, cfg.addr, srv, hs)
 }
 

@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/httplimit"
 )
 
 var listening = regexp.MustCompile(`listening on (\S+?)"?(\s|$)`)
@@ -129,7 +128,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.addr != ":50051" || cfg.coreLimit() != core.PerSecond(10) || cfg.key != "ip" || cfg.fail != httplimit.FailOpen || cfg.timeout != 100*time.Millisecond {
+	if cfg.addr != ":50051" || cfg.coreLimit() != core.PerSecond(10) || cfg.key != "ip" || cfg.failClosed || cfg.timeout != 100*time.Millisecond {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	env := map[string]string{"ADDR": ":9000", "LIMIT": "5", "KEY": "metadata:x-api-key", "FAIL": "closed", "REDIS_CLUSTER_ADDRS": "127.0.0.1:7001"}
@@ -137,7 +136,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.addr != ":9000" || cfg.limit != 7 || cfg.key != "metadata:x-api-key" || cfg.fail != httplimit.FailClosed ||
+	if cfg.addr != ":9000" || cfg.limit != 7 || cfg.key != "metadata:x-api-key" || !cfg.failClosed ||
 		cfg.redisURL == "" || cfg.redisCluster != nil {
 		t.Errorf("env under flags: %+v", cfg)
 	}

@@ -43,7 +43,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		nethttplimit.ReportCost(r, app.Policy, units) // settled once this handler returns
+		app.Policy.ReportCost(r.Context(), units) // settled once this handler returns
 		_, _ = io.WriteString(w, "ok")
 	}
 

@@ -110,7 +110,7 @@ type Adapter struct {
 	// every method (the framework's any-method route: ServeMux's pattern
 	// without a method, Any, All), each answering 200 "ok"; GET /login,
 	// answering 401 "bad password"; GET /spend, whose handler reports the
-	// cost in its X-Used header with the adapter's ReportCost to cfgs[0]'s
+	// cost in its X-Used header with Policy.ReportCost to cfgs[0]'s
 	// Policy and answers 200 "ok", or 200 "unsettled" when ReportCost
 	// returns false; GET /inside, answering 200 with what cfgs[0].Inside
 	// returns; GET /panic, whose handler panics, and which the app answers

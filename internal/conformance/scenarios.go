@@ -299,7 +299,7 @@ var Scenarios = []Scenario{
 		// A flood without the key, failing open, with Redis up: not one of
 		// them is served, and none reaches Redis.
 		Name:    "no_key_flood_refused",
-		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key"), Fail: httplimit.FailOpen})),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(1), Key: httplimit.KeyByHeader("X-API-Key")})),
 		Steps: func() []Step {
 			steps := make([]Step, 40)
 			for i := range steps {
@@ -505,7 +505,7 @@ var Scenarios = []Scenario{
 	},
 	{
 		Name:    "fail_closed_redis_stopped",
-		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), Fail: httplimit.FailClosed})),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(3), FailClosed: true})),
 		Steps: []Step{
 			{StopRedis: true, Want: Want{Status: 503, Body: unavailable, ContentType: jsonType,
 				Header: hdr("Retry-After", "1"), Event: "failed_closed", MaxTook: StopTimeout + slack}},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *test
 		if st.before != nil {
 			st.before()
 		}
-		d := p.Decide(r)
+		d := Serve(p, r)
 		if d.Outcome != st.outcome {
 			t.Fatalf("%s: Outcome = %v (err %v), want %v", st.name, d.Outcome, d.Err, st.outcome)
 		}
@@ -183,7 +184,8 @@ func NearLimitRun(t *testing.T, obs httplimit.Observer, near string, read func(t
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerMinute(10), InFlight: 1, Observers: []httplimit.Observer{obs}})
+	last := new(LastDecision)
+	p, err := httplimit.New(httplimit.Config{Name: "api", Limiter: l, Limit: core.PerMinute(10), InFlight: 1, Observers: []httplimit.Observer{obs, last}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,19 +208,20 @@ func NearLimitRun(t *testing.T, obs httplimit.Observer, near string, read func(t
 		step{httplimit.OutcomeDenied, 0, false, false, 3},
 	)
 	r := request{t.Context()}
-	var held httplimit.Decision
+	var release func()
 	for i, st := range steps {
 		if st.release {
-			held.Finish(200)
+			release()
 		}
-		d := p.Decide(r)
+		var d httplimit.Decision
+		if st.hold {
+			release = Hold(t, p, r)
+			d = last.Get()
+		} else {
+			d = Serve(p, r)
+		}
 		if d.Outcome != st.outcome || st.outcome == httplimit.OutcomeAllowed && d.Result.Remaining != st.remaining {
 			t.Fatalf("request %d: %v with %d left (err %v), want %v with %d", i+1, d.Outcome, d.Result.Remaining, d.Err, st.outcome, st.remaining)
-		}
-		if st.hold {
-			held = d
-		} else {
-			d.Finish(200)
 		}
 		if got := read(t)[near]; got != st.near {
 			t.Errorf("request %d (%v, %d left): %s = %v, want %v", i+1, d.Outcome, d.Result.Remaining, near, got, st.near)
@@ -288,3 +291,49 @@ func DirectRun(t *testing.T, l *core.Limiter, mr *miniredis.Miniredis, read func
 type roundTrip func(*http.Request) (*http.Response, error)
 
 func (f roundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// Serve decides r under p as a middleware does, its handler answering 200
+// at once.
+func Serve(p *httplimit.Policy, r httplimit.Request) httplimit.Decision {
+	return p.Serve(r, http.Header{}, func(context.Context, bool) int { return http.StatusOK })
+}
+
+// Hold serves r under p with a handler that runs, in flight, until the
+// returned release has been called; r must proceed.
+func Hold(t *testing.T, p *httplimit.Policy, r httplimit.Request) (release func()) {
+	t.Helper()
+	running, end, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		p.Serve(r, http.Header{}, func(context.Context, bool) int {
+			close(running)
+			<-end
+			return http.StatusOK
+		})
+	}()
+	select {
+	case <-running:
+	case <-done:
+		t.Fatal("Hold: the request did not proceed")
+	}
+	return func() { close(end); <-done }
+}
+
+// LastDecision is an httplimit.Observer that keeps the last decision.
+type LastDecision struct {
+	mu sync.Mutex
+	d  httplimit.Decision
+}
+
+func (o *LastDecision) Observe(d httplimit.Decision) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.d = d
+}
+
+// Get returns the last decision observed.
+func (o *LastDecision) Get() httplimit.Decision {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.d
+}

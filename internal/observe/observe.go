@@ -5,7 +5,10 @@
 // it and fills in Observed.
 package observe
 
-import "context"
+import (
+	"context"
+	"log/slog"
+)
 
 type key struct{}
 
@@ -35,3 +38,13 @@ func Of(ctx context.Context) (name string, byPolicy bool) {
 // that a caller marks its context only when someone reads the mark. Set by
 // package core.
 var Observed = func(limiter any) bool { return false }
+
+// Outcomes are the names of httplimit's Outcomes, in order (Outcome(i) is
+// Outcomes[i]): httplimit's String, and the label values the metrics
+// packages create a series for each of.
+var Outcomes = []string{"allowed", "denied", "failed_open", "failed_closed", "canceled", "no_key", "in_flight"}
+
+// Logger is the logger limiter (a *core.Limiter) was made with
+// (core.WithLogger), nil when logging is off: the packages built on core
+// log through it, so that one setting covers them. Set by package core.
+var Logger = func(limiter any) *slog.Logger { return nil }

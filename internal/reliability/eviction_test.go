@@ -111,14 +111,14 @@ func TestNoevictionOverMemoryFollowsFailPolicy(t *testing.T) {
 	if err != nil || h.MayEvict || h.MaxMemoryPolicy != "noeviction" || h.MaxMemory != maxmemory {
 		t.Fatalf("Ping: %+v, %v; want noeviction with %d bytes, no risk", h, err, maxmemory)
 	}
-	for _, fail := range []httplimit.FailPolicy{httplimit.FailClosed, httplimit.FailOpen} {
-		t.Run(fail.String(), func(t *testing.T) {
-			policy, err := httplimit.New(httplimit.Config{Limiter: lim, Limit: core.PerMinute(5), Fail: fail, Name: fail.String()})
+	for _, fail := range []string{"closed", "open"} {
+		t.Run(fail, func(t *testing.T) {
+			policy, err := httplimit.New(httplimit.Config{Limiter: lim, Limit: core.PerMinute(5), FailClosed: fail == "closed", Name: fail})
 			if err != nil {
 				t.Fatal(err)
 			}
 			h := nethttplimit.New(policy)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-			want := map[httplimit.FailPolicy]int{httplimit.FailClosed: 503, httplimit.FailOpen: 200}[fail]
+			want := map[string]int{"closed": 503, "open": 200}[fail]
 			for i := range 3 {
 				rec := httptest.NewRecorder()
 				h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))

@@ -70,7 +70,7 @@ func TestHugeAPIKeyHeader(t *testing.T) {
 	for _, v := range []string{huge + "1", huge + "2"} {
 		r := request{remote: "192.0.2.1:1", header: map[string]string{"X-Api-Key": v}}
 		for i := range 5 {
-			d := pol.Decide(r)
+			d := serve(pol, r)
 			if d.Err != nil {
 				t.Fatalf("request %d with a 64 KiB key: %v", i, d.Err)
 			}
@@ -143,7 +143,7 @@ func TestHostileKeys(t *testing.T) {
 		Limit: core.Limit{Algorithm: core.FixedWindow, Rate: 2, Period: time.Hour}})
 	for round := range 3 {
 		for _, k := range hostileKeys {
-			d := pol.Decide(request{remote: "192.0.2.1:1", header: map[string]string{"X-Api-Key": k}})
+			d := serve(pol, request{remote: "192.0.2.1:1", header: map[string]string{"X-Api-Key": k}})
 			want := httplimit.OutcomeAllowed
 			if round >= 2 {
 				want = httplimit.OutcomeDenied
@@ -261,7 +261,7 @@ func TestSpoofedForwardedForFromUntrustedPeer(t *testing.T) {
 					"Forwarded":       "for=" + fake,
 					"X-Real-Ip":       fake,
 				}}
-				d := pol.Decide(r)
+				d := serve(pol, r)
 				if d.Err != nil {
 					t.Fatalf("request %d: %v", i, d.Err)
 				}
@@ -285,7 +285,7 @@ func TestSpoofedForwardedForFromUntrustedPeer(t *testing.T) {
 				r := request{remote: "10.0.0.1:80", header: map[string]string{
 					"X-Forwarded-For": fmt.Sprintf("6.6.6.%d, 192.0.2.9, 10.0.0.2", i),
 				}}
-				if d := pol.Decide(r); d.Err != nil || !d.Proceed() {
+				if d := serve(pol, r); d.Err != nil || !d.Proceed() {
 					t.Errorf("request %d through a trusted proxy: %v, %v", i, d.Outcome, d.Err)
 				}
 			}
@@ -317,18 +317,18 @@ func TestInvalidCosts(t *testing.T) {
 			t.Errorf("%v: Allow(n=-1) under two Rules: %v, want core.ErrInvalidCost", a, err)
 		}
 	}
-	for _, fail := range []httplimit.FailPolicy{httplimit.FailOpen, httplimit.FailClosed} {
+	for _, failClosed := range []bool{false, true} {
 		for _, dry := range []bool{false, true} {
 			for _, n := range costs {
-				pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: limit, Fail: fail, DryRun: dry,
+				pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: limit, FailClosed: failClosed, DryRun: dry,
 					Cost: func(httplimit.Request) int { return n }})
-				d := pol.Decide(request{remote: "192.0.2.1:1"})
+				d := serve(pol, request{remote: "192.0.2.1:1"})
 				// A dry run enforces nothing, by design: it reports the
 				// refusal (outcome and error) but serves the request, so a
 				// buggy cost function cannot break traffic during a rollout.
 				if d.Proceed() != dry || d.Outcome != httplimit.OutcomeFailedClosed || !errors.Is(d.Err, core.ErrInvalidCost) {
-					t.Errorf("fail %v, dry run %v, cost %d: Proceed() = %v, outcome %v, err %v; want failed_closed with core.ErrInvalidCost, served only in a dry run",
-						fail, dry, n, d.Proceed(), d.Outcome, d.Err)
+					t.Errorf("fail closed %v, dry run %v, cost %d: Proceed() = %v, outcome %v, err %v; want failed_closed with core.ErrInvalidCost, served only in a dry run",
+						failClosed, dry, n, d.Proceed(), d.Outcome, d.Err)
 				}
 			}
 		}
@@ -381,7 +381,7 @@ func TestOverflowingLimits(t *testing.T) {
 			}
 			pol := newPolicy(t, httplimit.Config{Limiter: lim, Limit: core.PerSecond(1),
 				LimitFunc: func(httplimit.Request, string) (core.Limit, bool) { return tc.limit, true }})
-			if d := pol.Decide(request{remote: "192.0.2.1:1"}); d.Proceed() || !errors.Is(d.Err, core.ErrInvalidLimit) {
+			if d := serve(pol, request{remote: "192.0.2.1:1"}); d.Proceed() || !errors.Is(d.Err, core.ErrInvalidLimit) {
 				t.Errorf("Policy with the Limit from LimitFunc: Proceed() = %v, outcome %v, err %v; want a refusal", d.Proceed(), d.Outcome, d.Err)
 			}
 		})
@@ -417,4 +417,10 @@ func TestOverflowingLimits(t *testing.T) {
 			t.Errorf("Allow with %+v: %+v, %v; want admitted", l, res, err)
 		}
 	}
+}
+
+// serve decides r under p as a middleware does, its handler answering 200
+// at once.
+func serve(p *httplimit.Policy, r httplimit.Request) httplimit.Decision {
+	return p.Serve(r, http.Header{}, func(context.Context, bool) int { return http.StatusOK })
 }

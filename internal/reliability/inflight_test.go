@@ -163,7 +163,7 @@ type inflightCase struct {
 	hold     time.Duration
 	until    time.Duration // the others ask until then, and until A ends (0: to + lease/2)
 	timeout  time.Duration // the Limiters' (0: 100 ms)
-	fail     httplimit.FailPolicy
+	fail     string        // "open" or "closed"
 	// at, for a cut, lands it on A's first renewal past from - 100 ms
 	// rather than at from: "request" holds the renewal's command,
 	// "reply" lets the command through and holds its reply. The cut
@@ -208,7 +208,7 @@ func runInflight(t *testing.T, s *redistest.Server, c inflightCase) inflightOutc
 		l := newLimiter(t, rdb, core.WithTimeout(timeout), core.WithPrefix(prefix))
 		warm(t, l)
 		p, err := httplimit.New(httplimit.Config{Limiter: l, Limit: core.PerSecond(100000), InFlight: 1,
-			InFlightLease: c.lease, Fail: c.fail, Key: func(httplimit.Request) (string, error) { return "k", nil }})
+			InFlightLease: c.lease, FailClosed: c.fail == "closed", Key: func(httplimit.Request) (string, error) { return "k", nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,7 +351,7 @@ func TestInFlightLinkCutAcrossRenewal(t *testing.T) {
 	for _, fault := range []string{"drop", "cut"} {
 		t.Run(fault, func(t *testing.T) {
 			got := runInflight(t, s, inflightCase{lease: time.Second, fault: fault, from: 350 * time.Millisecond,
-				to: 750 * time.Millisecond, runA: 2500 * time.Millisecond, hold: 200 * time.Millisecond, fail: httplimit.FailClosed})
+				to: 750 * time.Millisecond, runA: 2500 * time.Millisecond, hold: 200 * time.Millisecond, fail: "closed"})
 			if got.most > 1 {
 				t.Errorf("%d handlers of the key at once, want at most 1", got.most)
 			}
@@ -374,7 +374,7 @@ func TestInFlightRedisPausedLongerThanLease(t *testing.T) {
 	s := redistest.StartServer(t)
 	got := runInflight(t, s, inflightCase{lease: time.Second, fault: "pause", from: 300 * time.Millisecond,
 		to: 1600 * time.Millisecond, runA: 3 * time.Second, hold: 200 * time.Millisecond, until: 4 * time.Second,
-		fail: httplimit.FailClosed})
+		fail: "closed"})
 	if got.most > 1 {
 		t.Errorf("%d handlers of the key at once, want at most 1", got.most)
 	}
@@ -424,7 +424,7 @@ func TestInFlightFaultSweep(t *testing.T) {
 					}
 					from := lease/2 + time.Duration(off)*lease/10
 					c := inflightCase{lease: lease, fault: fault, from: from, to: from + length,
-						runA: from + length + lease, hold: lease / 2, fail: httplimit.FailClosed}
+						runA: from + length + lease, hold: lease / 2, fail: "closed"}
 					t.Run(c.String(), func(t *testing.T) {
 						got := runInflight(t, s, c)
 						if got.most > 1 {
@@ -447,7 +447,7 @@ func TestInFlightFaultSweep(t *testing.T) {
 			// without a permit, and a renewal that does cannot tell A
 			// that the key is full.
 			c := inflightCase{lease: lease, fault: "drop", from: from, to: from + 3*lease/2,
-				runA: from + 4*lease, timeout: patient, fail: httplimit.FailOpen}
+				runA: from + 4*lease, timeout: patient, fail: "open"}
 			t.Run(c.String(), func(t *testing.T) {
 				got := runInflight(t, s, c)
 				if !errors.Is(got.cause, httplimit.ErrPermitLost) || !strings.Contains(got.cause.Error(), "full") {
@@ -473,7 +473,7 @@ func TestInFlightCutOnRenewal(t *testing.T) {
 		lease := 2 * time.Second
 		from := lease / 2
 		c := inflightCase{lease: lease, fault: "cut", from: from, to: from + lease/8,
-			runA: from + lease/8 + lease, hold: lease / 2, fail: httplimit.FailClosed, at: at}
+			runA: from + lease/8 + lease, hold: lease / 2, fail: "closed", at: at}
 		t.Run(at, func(t *testing.T) {
 			got := runInflight(t, s, c)
 			if got.most > 1 {

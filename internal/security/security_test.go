@@ -208,7 +208,7 @@ func TestUploadBytesEndToEnd(t *testing.T) {
 	rdb := s.Client(t, nil)
 	lim := newLimiter(t, rdb, core.WithTimeout(100*time.Millisecond))
 	policy, err := httplimit.New(httplimit.Config{
-		Limiter: lim, Name: "upload-bytes", Fail: httplimit.FailClosed,
+		Limiter: lim, Name: "upload-bytes", FailClosed: true,
 		Limit: core.Limit{Algorithm: core.SlidingWindow, Rate: 1_000_000, Period: time.Minute},
 		Cost: func(r httplimit.Request) int {
 			return int(max(1, nethttplimit.HTTPRequest(r).ContentLength))

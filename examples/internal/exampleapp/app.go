@@ -80,7 +80,7 @@ func Setup(ctx context.Context, name string, args []string, getenv func(string) 
 	headers, _ := cfg.Headers.MarshalText() // built-in styles only
 	limit := cfg.CoreLimit()
 	log.Info("limiting GET /, /slow and /spend", "limit", limit.String(), "capacity", limit.Capacity(),
-		"key", cfg.Key, "fail", cfg.Fail.String(), "timeout", cfg.Timeout, "headers", string(headers),
+		"key", cfg.Key, "fail", FailName(cfg.FailClosed), "timeout", cfg.Timeout, "headers", string(headers),
 		"concurrency", cfg.Concurrency)
 	if err := a.wire(ctx); err != nil {
 		a.Close()

@@ -37,8 +37,9 @@ type Config struct {
 	Burst int
 	// Key is "ip" or "header:<Name>". Default "ip".
 	Key string
-	// Fail is what requests get when Redis cannot answer. Default open.
-	Fail httplimit.FailPolicy
+	// FailClosed refuses requests when Redis cannot answer (-fail closed).
+	// Default false: -fail open.
+	FailClosed bool
 	// Timeout bounds one decision. Default 100ms.
 	Timeout time.Duration
 	// Headers are the rate-limit response fields. Default xratelimit.
@@ -104,7 +105,7 @@ func ParseConfig(name string, args []string, getenv func(string) string, stdout 
 	fs.DurationVar(&cfg.Period, "period", cfg.Period, usage["period"])
 	fs.IntVar(&cfg.Burst, "burst", 0, usage["burst"])
 	fs.StringVar(&cfg.Key, "key", cfg.Key, usage["key"])
-	fs.TextVar(&cfg.Fail, "fail", httplimit.FailOpen, usage["fail"])
+	fs.Func("fail", usage["fail"], FailFlag(&cfg.FailClosed))
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, usage["timeout"])
 	fs.TextVar(&cfg.Headers, "headers", httplimit.Headers{httplimit.XRateLimit{}}, usage["headers"])
 	fs.DurationVar(&cfg.MaxWait, "max-wait", 0, usage["max-wait"])
@@ -264,4 +265,23 @@ func (c Config) LeakyMaxWait() time.Duration {
 		return c.MaxWait
 	}
 	return c.Period
+}
+
+// FailFlag parses -fail into closed: "open" (the default) or "closed".
+func FailFlag(closed *bool) func(string) error {
+	return func(s string) error {
+		if s != "open" && s != "closed" {
+			return errors.New(`want "open" or "closed"`)
+		}
+		*closed = s == "closed"
+		return nil
+	}
+}
+
+// FailName is -fail's value for closed.
+func FailName(closed bool) string {
+	if closed {
+		return "closed"
+	}
+	return "open"
 }

@@ -41,7 +41,7 @@ func TestParseConfig(t *testing.T) {
 			"-timeout", "50ms", "-headers", "both", "-max-wait", "300ms", "-metrics", "-concurrency", "3", "-concurrency-lease", "2s"}, env(),
 			with(func(c *Config) {
 				c.Addr, c.RedisURL, c.Algorithm, c.Limit, c.Period, c.Burst = "127.0.0.1:0", "redis://h:1/2", core.LeakyBucket, 5, 2*time.Second, 7
-				c.Key, c.Fail, c.Timeout, c.Headers, c.MaxWait, c.Metrics = "header:X-API-Key", httplimit.FailClosed, 50*time.Millisecond, httplimit.Headers{httplimit.XRateLimit{}, httplimit.IETF{}}, 300*time.Millisecond, true
+				c.Key, c.FailClosed, c.Timeout, c.Headers, c.MaxWait, c.Metrics = "header:X-API-Key", true, 50*time.Millisecond, httplimit.Headers{httplimit.XRateLimit{}, httplimit.IETF{}}, 300*time.Millisecond, true
 				c.Concurrency, c.ConcurrencyLease = 3, 2*time.Second
 			})},
 		{"env", nil, env("ADDR", ":1", "REDIS_CLUSTER_ADDRS", "a:1, b:2,", "ALGORITHM", "fixed_window", "LIMIT", "3",
@@ -49,7 +49,7 @@ func TestParseConfig(t *testing.T) {
 			"MAX_WAIT", "2s", "METRICS", "true", "CONCURRENCY", "4", "CONCURRENCY_LEASE", "1m"),
 			with(func(c *Config) {
 				c.Addr, c.RedisCluster, c.Algorithm, c.Limit, c.Period, c.Burst = ":1", []string{"a:1", "b:2"}, core.FixedWindow, 3, time.Minute, 4
-				c.Key, c.Fail, c.Timeout, c.Headers, c.MaxWait, c.Metrics = "header:x-key", httplimit.FailClosed, time.Second, httplimit.Headers{httplimit.IETF{}}, 2*time.Second, true
+				c.Key, c.FailClosed, c.Timeout, c.Headers, c.MaxWait, c.Metrics = "header:x-key", true, time.Second, httplimit.Headers{httplimit.IETF{}}, 2*time.Second, true
 				c.Concurrency, c.ConcurrencyLease = 4, time.Minute
 			})},
 		{"flag wins over env", []string{"-limit", "2", "-headers", "none", "-metrics=false", "-concurrency", "0"},

@@ -46,13 +46,13 @@ func (a *App) wire(ctx context.Context) error {
 		observers = []httplimit.Observer{c}
 	}
 	a.Policy, err = httplimit.New(httplimit.Config{
-		Limiter:   limiter,
-		Limit:     cfg.CoreLimit(),
-		Key:       cfg.KeyFunc(),
-		Fail:      cfg.Fail,
-		Headers:   cfg.Headers,
-		MaxWait:   cfg.LeakyMaxWait(),
-		Observers: observers,
+		Limiter:    limiter,
+		Limit:      cfg.CoreLimit(),
+		Key:        cfg.KeyFunc(),
+		FailClosed: cfg.FailClosed,
+		Headers:    cfg.Headers,
+		MaxWait:    cfg.LeakyMaxWait(),
+		Observers:  observers,
 		// -concurrency: requests of a key in flight at once, on every
 		// instance on this Redis (0: no limit).
 		InFlight:      cfg.Concurrency,
