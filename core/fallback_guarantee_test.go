@@ -569,10 +569,10 @@ func TestFallbackOutageSwitch(t *testing.T) {
 	t.Logf("%q: Redis admitted 40 before the outage, the fallbacks %d in the %v after it began: %d in all, where the Limit admits %d; "+
 		"the fallback starts every key at its share whatever Redis held", "spent", total["spent"], elapsed.Round(time.Millisecond),
 		40+total["spent"], bound)
-	// Refunds while Redis is down reach nobody, and give the fallback
-	// nothing back.
-	if err := fleet[0].Refund(ctx, receipts["fresh"][0], limit.For("fresh")); err == nil {
-		t.Errorf("Refund with Redis down = nil, want the Redis error")
+	// A fallback receipt's Refund asks nobody (Redis took nothing), and
+	// gives the fallback nothing back.
+	if err := fleet[0].Refund(ctx, receipts["fresh"][0], limit.For("fresh")); err != nil {
+		t.Errorf("Refund of a fallback receipt with Redis down = %v, want nil", err)
 	}
 	if got, _ := count(fleet[3], "fresh", 1, true); got != 0 {
 		t.Errorf("after a refund in the outage, the fallback admitted again: want its share spent")
@@ -593,7 +593,10 @@ func TestFallbackOutageSwitch(t *testing.T) {
 		if err := l.Refund(ctx, receipts["fresh"][i], limit.For("fresh")); err != nil {
 			t.Fatalf("Refund of fallback receipt %d: %v", i, err)
 		}
-		if _, err := l.Settle(ctx, receipts["spent"][i%len(receipts["spent"])], 0, limit.For("spent")); err != nil {
+		if i >= len(receipts["spent"]) {
+			continue // each receipt settled once
+		}
+		if _, err := l.Settle(ctx, receipts["spent"][i], 0, limit.For("spent")); err != nil {
 			t.Fatalf("Settle of fallback receipt %d: %v", i, err)
 		}
 	}

@@ -290,8 +290,8 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 	if (mode == modeRefund || mode == modeCharge) && taken.foreign(l.prefix, key, row, 0) {
 		return Result{}, errForeignReceipt
 	}
-	if mode == modeRefund && taken.staleWindow(limit) {
-		return Result{}, nil
+	if mode == modeRefund && (taken.staleWindow(limit) || taken.Fallback && !row.ids) {
+		return Result{}, nil // Redis took nothing for a fallback receipt
 	}
 	var out [1]Result
 	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
