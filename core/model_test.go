@@ -341,12 +341,20 @@ func (b *refTokenBucket) commit(now, n int64) {
 	b.set(tokens-n*b.p.period, t)
 }
 func (b *refTokenBucket) refund(_, now, n, stamp int64) bool {
+	wt := b.t
+	if !b.has {
+		wt = 0
+	}
 	tokens, t := b.at(now)
 	full := b.p.capacity * b.p.period
-	if tokens >= full || stamp == 0 { // (stamp 0 names no decision)
+	give := n * b.p.period
+	if wt <= stamp-b.p.tick || wt > stamp { // written since the take
+		give -= ceilDiv(max(0, now-stamp), b.p.tick) * b.p.rate
+	}
+	if tokens >= full || stamp == 0 || give <= 0 { // (stamp 0 names no decision)
 		return false
 	}
-	b.set(min(full, tokens+n*b.p.period), t)
+	b.set(min(full, tokens+give), t)
 	return true
 }
 func (b *refTokenBucket) charge(_, now, n int64) bool {
@@ -411,11 +419,19 @@ func (b *refLeakyBucket) commit(now, n int64) {
 	b.set(q+n*b.p.period, t)
 }
 func (b *refLeakyBucket) refund(clock, now, n, stamp int64) bool {
+	wt := b.t
+	if !b.has {
+		wt = 0
+	}
 	q, t := b.at(now)
-	if q == 0 || stamp == 0 { // (stamp 0 names no decision)
+	give := n * b.p.period
+	if wt <= stamp-b.p.tick || wt > stamp { // written since the take
+		give -= ceilDiv(max(0, now-stamp), b.p.tick) * b.p.rate
+	}
+	if q == 0 || stamp == 0 || give <= 0 { // (stamp 0 names no decision)
 		return false
 	}
-	if q -= n * b.p.period; q <= 0 {
+	if q -= give; q <= 0 {
 		q, t = 0, clock // an empty queue starts at the clock, as a new one
 	}
 	b.set(q, t)
@@ -767,13 +783,13 @@ func TestModelSelfCheck(t *testing.T) {
 			{0, 1, modeConsume, 0, refResult{remaining: 0, retry: 333334, reset: s}},
 			{333333, 1, modeConsume, 0, refResult{remaining: 0, retry: 1, reset: s - 333333}},
 			{333334, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
-			// Two units taken 333334µs ago: both come back, as the bucket,
-			// empty now, would hold them had they never been taken.
-			{333334, 2, modeRefund, 0, refResult{remaining: 2, reset: 333333}},
-			{333334, 5, modeAtMost, 0, refResult{allowed: true, granted: 2, remaining: 0, reset: s}},
+			// Two units taken 333334µs ago, written over since: one has
+			// refilled since, and counts as lost (see the refund's comment).
+			{333334, 2, modeRefund, 0, refResult{remaining: 1, reset: 666667}},
+			{333334, 5, modeAtMost, 0, refResult{allowed: true, granted: 1, remaining: 0, reset: s}},
 			// A debt of 3: the next unit comes after 4 thirds of a second.
 			{333334, 3, modeCharge, 0, refResult{remaining: 0, reset: 2 * s}},
-			{333334, 1, modeConsume, 0, refResult{remaining: 0, retry: s + 333333, reset: 2 * s}},
+			{333334, 1, modeConsume, 0, refResult{remaining: 0, retry: s + 333334, reset: 2 * s}},
 		}},
 		{"leaky bucket 10/s burst 3", Limit{Algorithm: LeakyBucket, Rate: 10, Period: time.Second, Burst: 3}, []call{
 			{0, 1, modeConsume, 0, refResult{allowed: true, granted: 1, remaining: 2, reset: s / 10}},

@@ -27,13 +27,13 @@ function lb.params(args, a)
 end
 
 function lb.load(keys, k, vals, p)
-  local st = {key = keys[k], now = clock, t = clock, queued = 0}
+  local st = {key = keys[k], now = clock, t = clock, queued = 0, wt = 0}
   local v = vals[k]
   if not v then return st end
   local queued, t, scale = match(v, '^(%d+) (%d+) (%d+)$')
   if not scale then corrupt(keys[k]) end
   queued, t, scale = tonumber(queued), tonumber(t), tonumber(scale)
-  st.found = true
+  st.found, st.wt = true, t
   if scale ~= p.period then queued = ceil(queued / scale * p.period) end
   if t > clock then st.now = t end
   -- Drain by whole ticks since t; the time keeps what is left of a tick.
@@ -54,8 +54,11 @@ function lb.decide(st, p, n, mode, stamp)
     -- linearly and never below empty, is max(0, queued - n). An empty
     -- queue's time is Redis' clock, as a new state's is: a time ahead of
     -- it (a clock step back) would hold back max_delay's room for nothing.
-    if queued > 0 and stamp > 0 then -- (stamp 0: see the token bucket)
-      queued = max(0, queued - n * p.period)
+    -- (Written since the take, or stamp 0: see the token bucket.)
+    local give = n * p.period
+    if st.wt <= stamp - p.tick or st.wt > stamp then give = give - ceil(max(0, st.now - stamp) / p.tick) * p.rate end
+    if queued > 0 and stamp > 0 and give > 0 then
+      queued = max(0, queued - give)
       if queued == 0 then st.t = clock end
     end
   elseif mode == CHARGE then
@@ -81,7 +84,10 @@ function lb.decide(st, p, n, mode, stamp)
       if mode ~= PEEK then queued = queued + want * p.period end
     end
   end
-  if queued ~= st.queued then st.queued, st.dirty = queued, true end
+  if queued ~= st.queued then
+    st.queued, st.dirty = queued, true
+    st.wt = st.t
+  end
   local reset = 0
   if queued > 0 then reset = st.t + ceil(queued / p.rate) * p.tick - clock end
   if granted == 0 then delay = 0 end

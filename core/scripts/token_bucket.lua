@@ -65,7 +65,10 @@ end
 function tb.load(keys, k, vals, p)
   local tokens, t, now = tb_at(p, keys[k], vals[k])
   -- (Every field is in the constructor: a table that grows rehashes.)
-  return {key = keys[k], now = now, t = t, tokens = tokens, period = p.period, found = vals[k] ~= nil, dirty = false}
+  -- (wt: the time the state was written at, which tells a refund whether
+  -- anything was written since its take.)
+  local wt = vals[k] and tonumber(match(vals[k], '^%-?%d+ (%d+) ')) or 0
+  return {key = keys[k], now = now, t = t, tokens = tokens, period = p.period, found = vals[k] ~= nil, dirty = false, wt = wt}
 end
 
 function tb.decide(st, p, n, mode, stamp)
@@ -75,13 +78,17 @@ function tb.decide(st, p, n, mode, stamp)
   if mode == CONSUME or mode == PEEK then
     if tokens >= cost then granted = n end
   elseif mode == REFUND then
-    -- Had these units never been taken, the bucket would hold them now
-    -- on top of what it holds, up to full: refill is linear and capped,
-    -- so min(full, tokens + cost) is that level at any time after the
-    -- take (a bucket full since then has nothing to give back).
+    -- Nothing written since the take: had these units never been taken,
+    -- the bucket would hold them now on top of what it holds, up to full
+    -- (refill is linear and capped), at any time after the take. Written
+    -- since (others took), that bucket may have stood full meanwhile and
+    -- lost refill: each tick since the take is counted as lost, so that
+    -- units given back never fund more than the Limit (see docs/limits.md).
     -- (A stamp of 0 names no decision: a Result made by hand, or one the
     -- local fallback decided, whose units Redis never took.)
-    if stamp > 0 and tokens < full then tokens = min(full, tokens + cost) end
+    local give = cost
+    if st.wt <= stamp - p.tick or st.wt > stamp then give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate end
+    if stamp > 0 and give > 0 and tokens < full then tokens = min(full, tokens + give) end
   elseif mode == CHARGE then
     -- (Compared first: under several layers, n may be more than this
     -- bucket's deepest debt, and cost then more than 2^53.)
@@ -90,7 +97,10 @@ function tb.decide(st, p, n, mode, stamp)
     granted = min(n, max(0, floor(tokens / period)))
   end -- (RENEW: nothing to keep)
   if granted > 0 and mode ~= PEEK then tokens = tokens - granted * period end
-  if tokens ~= st.tokens then st.tokens, st.dirty = tokens, true end
+  if tokens ~= st.tokens then
+    st.tokens, st.dirty = tokens, true
+    st.wt = st.t
+  end
   local need = 0
   if granted == 0 and mode == ATMOST then need = period elseif granted == 0 and mode <= ATMOST then need = cost end
   local retry, reset = tb_waits(p, tokens, st.t, need)
