@@ -35,6 +35,13 @@ var frameworks = []string{
 // them.
 var grpcModules = []string{"google.golang.org/grpc", "google.golang.org/genproto", thisModule}
 
+// linked are this repository's packages grpclimit may link: itself, core
+// and httplimit, and what they bring: core's hooks for the operator's tool,
+// its observers and its clock, and httplimit's key formation (see
+// internal/deps' coreHooks).
+var linked = []string{"grpclimit", "core", "httplimit",
+	"internal/inspect", "internal/observe", "internal/clock", "internal/keyspace"}
+
 // TestDependencies: grpclimit links only core, httplimit, go-redis, gRPC
 // and the standard library's kin, never another framework, a metrics SDK
 // or miniredis.
@@ -45,9 +52,7 @@ func TestDependencies(t *testing.T) {
 				t.Errorf("grpclimit links %s", dep)
 			}
 		}
-		// internal/inspect and internal/observe come with core: its hooks
-		// for the operator's tool and for its observers (see internal/deps).
-		if rest, ok := strings.CutPrefix(dep, rootModule+"/"); ok && rest != "grpclimit" && rest != "core" && rest != "httplimit" && rest != "internal/inspect" && rest != "internal/observe" {
+		if rest, ok := strings.CutPrefix(dep, rootModule+"/"); ok && !slices.Contains(linked, rest) {
 			t.Errorf("grpclimit links %s; it may import only core and httplimit of this repository", dep)
 		}
 	}

@@ -73,18 +73,58 @@ func (f *fields) refuse() {
 func (f *fields) Get(name string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.get(name)
+}
+
+func (f *fields) Set(name, value string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.set(name, value)
+}
+
+// get and set are Get and Set for a caller that holds mu.
+func (f *fields) get(name string) string {
 	if v := f.md.Get(name); len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
-func (f *fields) Set(name, value string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (f *fields) set(name, value string) {
 	f.md.Set(name, value)
 	f.dirty = true
 }
+
+// held is the HeaderWriter of one in-handler Check: its first Get or Set
+// takes mu, which Check keeps until it has noted a refusal, so that a
+// concurrent SendMsg (send) never sees a refusal's fields without the
+// refusal and sends them as headers (TestCheckRefusalFieldsAreTrailers).
+// The decision is made before the first write: mu is not held over Redis.
+type held struct {
+	f      *fields
+	locked bool
+}
+
+func (h *held) lock() {
+	if !h.locked {
+		h.f.mu.Lock()
+		h.locked = true
+	}
+}
+
+func (h *held) unlock() {
+	if h.locked {
+		h.locked = false
+		h.f.mu.Unlock()
+	}
+}
+
+func (h *held) Get(name string) string { h.lock(); return h.f.get(name) }
+
+func (h *held) Set(name, value string) { h.lock(); h.f.set(name, value) }
+
+// refuse notes a refusal in the critical section of the fields written.
+func (h *held) refuse() { h.lock(); h.f.refused = true }
 
 // send runs before the handler's first message or header: the headers go
 // with it, so the fields must be set now.

@@ -219,10 +219,13 @@ func httpStatus(code codes.Code) int {
 func Check(ctx context.Context, p *httplimit.Policy, n int) error {
 	method, _ := grpc.Method(ctx)
 	f, ctx, shared := fieldsOf(ctx, unarySink(ctx))
-	d := p.Check(&request{ctx: ctx, method: method}, f, n)
+	w := &held{f: f}
+	defer w.unlock() // (if Check panicked)
+	d := p.Check(&request{ctx: ctx, method: method}, w, n)
 	if !d.Proceed() {
-		f.refuse()
+		w.refuse()
 	}
+	w.unlock()
 	if !shared {
 		f.end()
 	}
