@@ -30,10 +30,12 @@ type Config struct {
 	// to each response's response_headers_to_add. Default: false.
 	Headers bool
 	// EnvoyFailureMode answers a request that the Limiter could not decide
-	// with the gRPC status UNAVAILABLE. It is for when Redis failed, and the
-	// Limiter's own fallback did not decide, so that Envoy's
-	// failure_mode_deny decides, which by Envoy's default admits it. Default
-	// (false): the request is refused (OVER_LIMIT).
+	// with the gRPC status UNAVAILABLE, so that Envoy's failure_mode_deny
+	// decides (by Envoy's default, admits it). The Limiter's local fallback,
+	// on by default, decides first: for Envoy to decide every Redis
+	// failure, build the Limiter with core.WithLocalFallback(0, 0), as
+	// redlimit serve -envoy-failure-mode does. Default (false): the request
+	// is refused (OVER_LIMIT).
 	EnvoyFailureMode bool
 	// Metrics registers the series envoyproxy/ratelimit's users alert on
 	// (docs/envoy.md lists them). Default (nil): no metrics.

@@ -51,7 +51,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	timeout := fs.Duration("timeout", 0, "bound on each decision's Redis call (core.WithTimeout; 0: core's default)")
 	fs.BoolVar(&cfg.Headers, "headers", false, "add RateLimit-Limit, -Remaining and -Reset to the responses (response_headers_to_add)")
 	fs.BoolVar(&cfg.EnvoyFailureMode, "envoy-failure-mode", false,
-		"answer a request Redis' failure left undecided with UNAVAILABLE, for Envoy's failure_mode_deny (default: refuse it)")
+		"answer a request Redis' failure left undecided with UNAVAILABLE, for Envoy's failure_mode_deny, without the local fallback (default: the local fallback decides)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -65,12 +65,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return 2
 	}
 	defer func() { _ = rdb.Close() }()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
-	opts := []core.Option{core.WithPrefix(*prefix), core.WithLogger(log)}
-	if *timeout > 0 {
-		opts = append(opts, core.WithTimeout(*timeout))
-	}
-	lim, err := core.New(rdb, opts...)
+	lim, err := core.New(rdb, limiterOptions(*prefix, *timeout, cfg.EnvoyFailureMode, stderr)...)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "redlimit serve:", err)
 		return 2
@@ -92,6 +87,22 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return 1
 	}
 	return 0
+}
+
+// limiterOptions are the Limiter's options. Its local fallback stays on
+// (core's default: a bounded share per instance while Redis fails) unless
+// the user asked Envoy to decide during a fault: then a Redis failure
+// reaches envoylimit undecided and is answered UNAVAILABLE
+// (TestServeOutside/redis_paused checks both).
+func limiterOptions(prefix string, timeout time.Duration, envoyFailureMode bool, stderr io.Writer) []core.Option {
+	opts := []core.Option{core.WithPrefix(prefix), core.WithLogger(slog.New(slog.NewTextHandler(stderr, nil)))}
+	if timeout > 0 {
+		opts = append(opts, core.WithTimeout(timeout))
+	}
+	if envoyFailureMode {
+		opts = append(opts, core.WithLocalFallback(0, 0))
+	}
+	return opts
 }
 
 // listen serves gRPC and HTTP until ctx ends, then drains both.

@@ -19,6 +19,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -206,4 +208,24 @@ func configFile(t *testing.T, dir, name, body string) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// limitKeys lists the keys in Redis but the fleet's: the Limiter's local
+// fallback registers each instance under "<prefix>:fleet" (the command's
+// prefix, ratelimit), a key that must expire within 15 s of the last
+// renewal (docs/limits.md). Any other key is a limit's.
+func limitKeys(t *testing.T, adm *redis.Client) []string {
+	t.Helper()
+	ctx := context.Background()
+	var keys []string
+	iter := adm.Scan(ctx, 0, "*", 1000).Iterator()
+	for iter.Next(ctx) {
+		if k := iter.Val(); k != "ratelimit:fleet" {
+			keys = append(keys, k)
+		} else if ttl := adm.PTTL(ctx, k).Val(); ttl <= 0 || ttl > 15*time.Second {
+			t.Errorf("the fleet key %s has TTL %v; want at most 15s", k, ttl)
+		}
+	}
+	must(t, iter.Err())
+	return keys
 }
