@@ -421,9 +421,8 @@ func TestRulesCluster(t *testing.T) {
 
 	// Different slots, concurrently: 8 users of 10 each under a global 40,
 	// each user under another rate algorithm in turn. Every earlier slot's
-	// state must equal its admissions exactly: a give-back restores what
-	// the key would hold had the take never happened (a bucket lost most
-	// of a unit per refusal before, the refill of the round trip).
+	// state equals its admissions: exactly for the windows, within the
+	// fraction of a unit a contended bucket's give-back loses.
 	global := PerHour(40).For("global")
 	users := make([]string, 8)
 	userLimits := map[string]Limit{}
@@ -465,8 +464,16 @@ func TestRulesCluster(t *testing.T) {
 		if admitted[u] > 10 {
 			t.Errorf("%s admitted %d, over its 10", u, admitted[u])
 		}
-		if got := remaining(t, l, userLimits[u], u); got != 10-admitted[u] {
-			t.Errorf("%s has %d left after %d admitted: a refused request kept a unit", u, got, admitted[u])
+		// A bucket's give-back is exact only when nothing was written to
+		// the key since the take (docs/limits.md, "Giving units back");
+		// under this contention it loses the refill of a round trip, a
+		// fraction of a unit that Remaining, rounded down, may show as one.
+		want, slack := 10-admitted[u], 0
+		if a := userLimits[u].Algorithm; a == TokenBucket || a == LeakyBucket {
+			slack = 1
+		}
+		if got := remaining(t, l, userLimits[u], u); got > want || got < want-slack {
+			t.Errorf("%s has %d left after %d admitted, want %d (at most %d fewer): a refused request kept a unit", u, got, admitted[u], want, slack)
 		}
 	}
 }
