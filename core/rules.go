@@ -12,25 +12,11 @@ import (
 // request is admitted only if every Rule admits it, and then counts in
 // every one; refused, it counts in none.
 //
-// One key under several Limits (10 per second and 1000 per hour, or a rate
-// and InFlight) is decided in one script call, atomically. So are several
-// keys, on one Redis server, and on a Redis Cluster when their keys share
-// a hash tag: the part of a key between its first '{' and the next '}', as
-// Redis defines it ("{org:7}:user:42" and "{org:7}" share "org:7"); the
-// rest of the key still names its own state. Keys in different Cluster
-// slots are decided one slot after another, in the order of the Rules:
-// when a later slot refuses (or fails), the units the earlier ones took
-// are given back. That errs on the strict side only: a unit may be held
-// for a round trip and given back, never granted beyond a limit; and a
-// unit taken in a window that ended before it was given back stays
-// counted, as after any Refund. Put the Rule that refuses most first, and
-// a key shared by everyone (a global limit) last: it is then asked only
-// for requests the others admit.
-//
-// A key's first Rule in a decision keeps the same state as that key
-// decided alone under its Limit; its second, third... Rules keep states of
-// their own, so adding a Limit to a key does not mix counters. A decision
-// takes at most 8 Rules, all checked before any Redis call.
+// Keys in different Cluster slots are decided one slot after another, in
+// the order of the Rules: put the Rule that refuses most first, and a
+// global key last. A decision takes at most 8 Rules, all checked before
+// any Redis call. Hash tags, slot give-backs and per-Rule states are in
+// docs/limits.md#rules-and-cluster-slots.
 type Rule struct {
 	Key   string
 	Limit Limit
@@ -85,18 +71,13 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // Refund gives back what taken (the Result of a call that admitted a
 // request under rules) took but did not use: the request failed, or should
 // not count. A refund leaves the state the key would have had if the
-// units had never been taken (TestGiveBackRestoresSweep): a bucket holds
-// its level plus the units, capped at its capacity; a window counts them
-// out only of the window they were taken in (see docs/limits.md). For
+// units had never been taken (TestGiveBackRestoresSweep). For
 // Concurrency, Refund gives the permit back. Zero a Rule's Result in
 // taken.Rules to leave that Rule alone.
 //
-// A receipt is refunded or settled once, under the Rules that took it
-// (same keys, same Algorithms, in the same order); another is refused with
-// ErrInvalidCost. The Limiter cannot tell a second refund or settle of one
-// receipt from a first, and would give its units back again: that the
-// caller must not do. A Limit whose Rate, Period or Burst changed since
-// the take still takes its receipts (the state is the same).
+// Refund or settle a receipt once, under the Rules that took it: the
+// Limiter cannot tell a second refund from a first, and would give the
+// units back again. See docs/limits.md#receipts.
 func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) (err error) {
 	defer l.observed(ctx, verbRefund, rules, l.observing(), &taken, &err)
 	if len(rules) == 1 && taken.Rules == nil {
@@ -112,31 +93,14 @@ func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) (err 
 
 // Settle corrects what taken (the Result of a call that admitted a
 // request under rules) took to what the request really used, once that is
-// known (the tokens of a completion, the bytes streamed): it gives back
+// known (the tokens of a completion, the bytes streamed). It gives back
 // the units not used, as Refund does, or takes the excess even beyond what
-// is left, as a debt that later requests wait out at the Limit's rate (the
-// buckets run below empty; the windows carry what exceeds Rate into the
-// following windows, Rate in each, and refuse every request until the
-// last of them begins: a debt of k x Rate beyond the window's own Rate
-// refuses through the k-th following window, calendar days, ISO weeks and
-// months alike; a calendar debt's RetryAfter and ResetAfter reach no
-// further than the start of the second following window, where a request
-// learns the rest). It returns what the keys have left after the
-// correction. used may be 0 (Refund); used < 0 is ErrInvalidCost. A zero
-// taken charges all of used. Concurrency permits have no cost: Settle
-// leaves them alone. The receipt rules of Refund hold: settle taken once.
-//
-// No used is too large: a larger one never leaves a key a shorter wait.
-// Each state has a deepest debt, and a charge beyond it leaves the state
-// there. A bucket's is the deepest its exact arithmetic holds: the least
-// of 2^52 of its scaled units (a unit is Period/gcd(Period, Rate) of them,
-// Period in µs or, for a Burst over a long Period, in ticks of 10^k µs),
-// which is at least 4 times its Capacity, and what refills in 2^52µs
-// (about 142 years): about 75 billion units (142 years) for
-// PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours. A window
-// charges up to 2^40 units (the largest Rate) of one Settle, more beside a
-// bucket that takes more, and carries a debt no further than 2^52µs after
-// the Unix epoch (the year 2112).
+// is left, as a debt that later requests wait out at the Limit's rate, and
+// returns what the keys have left after the correction. used may be 0
+// (Refund); used < 0 is ErrInvalidCost. A zero taken charges all of used.
+// Concurrency permits have no cost: Settle leaves them alone. The receipt
+// rules of Refund hold: settle taken once. How debts are carried, and the
+// deepest debt a key holds, are in docs/limits.md#settle-debts.
 func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...Rule) (res Result, err error) {
 	defer l.observed(ctx, verbSettle, rules, l.observing(), &res, &err)
 	if len(rules) != 1 || taken.Rules != nil {
