@@ -40,20 +40,15 @@ type Health struct {
 }
 
 // Ping asks Redis now whether it answers and whether it may evict the
-// Limiter's keys (INFO memory, which managed Redis services allow even where
-// CONFIG is disabled, on every master of a Cluster), records the answer for
-// Health, and logs a warning when the risk appears. Call it at start-up, or
-// from a health check. It takes at most a second, or the Limiter's timeout
-// if that is longer, unless ctx ends first.
+// Limiter's keys (INFO memory, on every master of a Cluster), records the
+// answer for Health, and logs a warning when the risk appears. Call it at
+// start-up, or from a health check. It takes at most a second, or the
+// Limiter's timeout if that is longer, unless ctx ends first.
 //
 // The error says Redis did not answer: it wraps ErrUnavailable, unless
-// ctx ended first. A Redis that answers but refuses
-// INFO (a proxy, or an in-process Redis for tests) is no error: Health.Err
-// then says why the risk is unknown.
-//
-// Under noeviction, a Redis over its maxmemory refuses the scripts' writes
-// (OOM): that is a Redis failure like any other, so the caller's fail
-// policy applies and the breaker counts it.
+// ctx ended first. A Redis that answers but refuses INFO is no error:
+// Health.Err then says why the risk is unknown. See
+// docs/limits.md#eviction-checks.
 func (l *Limiter) Ping(ctx context.Context) (Health, error) {
 	pctx, cancel := context.WithTimeout(ctx, max(l.timeout, time.Second))
 	defer cancel()

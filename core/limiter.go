@@ -25,17 +25,11 @@ var (
 	// the connection, answered with an error (a failover's READONLY, OOM
 	// under noeviction) or a reply the Limiter cannot read, or was not
 	// asked because the circuit breaker is open (see WithBreaker). The
-	// error's text is the fault's own, and it still matches what it wraps
-	// (context.DeadlineExceeded for the timeout, say).
+	// error's text is the fault's own, and it still matches what it wraps.
 	//
 	// errors.Is(err, ErrUnavailable) is the one test of a Redis fault: what
-	// a fail policy (serve or refuse while Redis is away) and a count of
-	// Redis errors should ask. No other error matches it: not the caller's
-	// mistakes (ErrEmptyKey, ErrInvalidCost, ErrInvalidLimit, ErrClosed),
-	// not ErrWaitExceedsDeadline, and not the error of a call whose ctx
-	// ended first (the caller gave up: it matches ctx.Err()). httplimit
-	// and grpclimit apply their fail policy to ErrUnavailable only, and
-	// refuse the rest.
+	// a fail policy and a count of Redis errors should ask. What it does
+	// not match is listed in docs/limits.md#redis-faults.
 	ErrUnavailable = errors.New("core: redis unavailable")
 	// ErrClosed is returned by every call of a Limiter after Close. It is
 	// the caller's mistake, not a Redis fault (it does not match
@@ -95,23 +89,12 @@ type Limiter struct {
 // failover (Sentinel) client, a *redis.ClusterClient or a *redis.Ring. It
 // returns an error for a nil client and for an invalid Option.
 //
-// Make rdb with ContextTimeoutEnabled: go-redis then stops at the Limiter's
-// deadline on the socket itself; without it the Limiter still keeps its
-// timeout, at the cost of a goroutine per call. go-redis retries a command
-// whose reply was lost: a retried decision counts its requests twice (it
-// never admits one twice); a refund is never retried, since it would give
-// back twice. MaxRetries: -1 turns the retries off altogether.
-//
-// New loads the Limiter's functions into Redis in the background, unless
-// Redis holds them already (where Redis 7 functions are not available, each
-// call is a script instead, which is logged once at Info level), and
-// checks whether the Redis may evict keys (see Ping), logging a warning
-// when it may. A call made while that first load runs waits for it, within
-// its context and at most a second after New (or the timeout, if longer),
-// before its timeout starts: dialling Redis and loading the library do not
-// make a new Limiter's first decisions fail. (A Redis that refuses the
-// connection ends the wait at once.) Close the Limiter when done
-// with it if the client lives on.
+// Make rdb with ContextTimeoutEnabled, so go-redis stops at the Limiter's
+// deadline on the socket itself. New loads the Limiter's functions into
+// Redis in the background and checks whether the Redis may evict keys (see
+// Ping); a first call waits for that load, within limits. Close the
+// Limiter when done with it if the client lives on. Retries, the script
+// fallback and the first load's wait are in docs/limits.md#new-limiters.
 func New(rdb redis.UniversalClient, opts ...Option) (*Limiter, error) {
 	if isNil(rdb) {
 		return nil, errors.New("core: New: nil redis client")
@@ -180,12 +163,9 @@ func (l *Limiter) reconnected() {
 // the client itself stays open. A Limiter that is not closed leaves
 // nothing behind either once it is garbage collected.
 //
-// Close a server's Limiter after the server has drained
-// (http.Server.Shutdown or grpc.Server.GracefulStop has returned): a
-// request decided after Close is refused, whatever the fail policy, since
-// serving requests unlimited because the Limiter was closed too early
-// would hide the mistake, and a 503 (codes.Unavailable) is what a server
-// that is going away answers anyway.
+// Close a server's Limiter after the server has drained: a request decided
+// after Close is refused, whatever the fail policy (see
+// docs/limits.md#closing-a-limiter).
 func (l *Limiter) Close() error {
 	if l.closed.Swap(true) {
 		return nil

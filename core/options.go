@@ -104,16 +104,10 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 // WithDenyCache remembers, on this instance, each key that Redis denied,
 // until its RetryAfter has passed, and denies further requests for it
 // locally, with the same Result and without a round trip. Under abusive
-// traffic on a few keys this takes most of the load off Redis.
-//
-// It never denies what Redis would admit, nor reports a wait shorter than
-// Redis would: the remembered wait is counted from before the request was
-// sent, it applies only to the same Limit and the same cost (a larger one
-// waits longer), and Reset, Refund, or a call for the key under another
-// Limit, forgets it; so does another instance's Reset, heard on a
-// Pub/Sub channel (see Limiter.Reset). A Refund or another Limit used by
-// another instance is not seen: the key stays denied here until its
-// RetryAfter ends. At most maxKeys keys are remembered. Default: off.
+// traffic on a few keys this takes most of the load off Redis. It never
+// denies what Redis would admit, nor reports a wait shorter than Redis
+// would (see docs/limits.md#the-deny-cache). At most maxKeys keys are
+// remembered. Default: off.
 func WithDenyCache(maxKeys int) Option {
 	return func(c *config) {
 		if maxKeys < 1 {
@@ -209,27 +203,12 @@ func WithStaggeredWindows() Option {
 // in one call and spend it in process, for limits of thousands of requests
 // per second and more, where one round trip per request is the cost. It
 // applies to FixedWindow and SlidingWindowCounter limits: a lease lives
-// only inside the window its units were counted in, so spending them later
-// in that window keeps the window's bound exact. (A TokenBucket or
-// SlidingWindow has no such window: a unit taken at one instant and spent
-// at a later one could join a burst the limit refuses.)
-//
-// A lease asks for twice what the key's last lease served on this
-// instance, starting at one unit, and at most share of the Limit's
-// capacity. It lasts until its window ends, or 250ms, whichever is first;
-// unused units then go back to Redis (those of a window about to end
-// expire with it). A denial is remembered until its RetryAfter, like
-// WithDenyCache. Requests of more than one unit are served from a lease
-// when it has them, and otherwise asked of Redis as without leases.
-//
+// only inside the window its units were counted in. A lease holds at most
+// share of the Limit's capacity and lasts until its window ends, or 250ms.
 // Units are counted in Redis before they are spent, so the instances
-// together never admit more than the limit. The error is on the strict side
-// only: units held unused in other instances' leases. In one window it is
-// at most (instances - 1) × share × capacity, and less in practice, since a
-// lease is sized to demand. Another instance's Reset drops this one's
-// leases of the key as its message arrives (see Limiter.Reset); units
-// spent before then count on top of the fresh quota. At most 4096 keys are
-// leased at once; others are decided in Redis, a call each. Default: off.
+// together never admit more than the limit. At most 4096 keys are leased
+// at once. Sizing, expiry, Reset and the bound on units held unused are in
+// docs/limits.md#leases-in-detail. Default: off.
 func WithLeases(share float64) Option {
 	return func(c *config) {
 		if !(share > 0 && share <= 0.5) {

@@ -14,19 +14,14 @@ import (
 
 // Overrides keeps per-tenant or per-key Limits in Redis, so an operator can
 // change a limit at run time and every instance obeys it within maxAge,
-// without a deploy. Set always replaces the stored Limit (unlike an
-// HSETNX-style "set if absent", which silently keeps the old rate), so the
-// stored value and the enforced one never drift apart. A stored Limit is
-// its text form ("500/s", "100/min burst=200"), so an operator can also
-// SET one by hand.
+// without a deploy. Set always replaces the stored Limit, so the stored
+// value and the enforced one never drift apart. A stored Limit is its text
+// form ("500/s", "100/min burst=200"), so an operator can also SET one by
+// hand.
 //
-// Each instance caches what it read (found, not found, or unreadable) for
-// maxAge, so an override costs at most one extra round trip per name per
-// maxAge, not per request, even while Redis is down: callers that miss the
-// same name at once share one read, which no caller's cancellation ends.
-// Each read is bounded by 50ms when the client honours context deadlines
-// (ContextTimeoutEnabled). The cache holds the 10000 names used most
-// recently. An Overrides is safe for concurrent use.
+// Each instance caches what it read for maxAge, so an override costs at
+// most one extra round trip per name per maxAge, not per request (see
+// docs/limits.md#overrides-cache). An Overrides is safe for concurrent use.
 type Overrides struct {
 	rdb     redis.UniversalClient
 	prefix  string

@@ -8,24 +8,15 @@ import (
 )
 
 // Result is the outcome of one decision. A denial is a Result with Allowed
-// false, never an error: errors are for invalid arguments and failures.
-//
-// A worked example, for a token bucket of 10 per second (Burst 10) that has
-// just admitted its 10th request in one instant: Allowed true, Granted 1,
-// Remaining 0, RetryAfter 0, ResetAfter 1s (the bucket is full again in one
-// second). The 11th request in that instant gets Allowed false, Granted 0,
-// Remaining 0, RetryAfter 100ms (one token takes a tenth of a second to
-// refill), ResetAfter 1s.
+// false, never an error: errors are for invalid arguments and failures. A
+// worked example is in docs/limits.md#reading-a-result.
 //
 // A Result that took units is also the receipt Refund and Settle take: it
-// records the Redis instant the units were taken at (the window, for a
-// FixedWindow; the permit a Concurrency request holds), so a late refund
-// leaves what the limit would hold had they never been taken, and the
-// state it took them from (key, Algorithm, layer), so a refund on another
-// is refused. A receipt is accepted only as it was returned: its check
-// binds its Granted and its Limiter's prefix, and a Peek's or a denial's
-// Result is none (TestReceiptBindsAmountLimiterAndDecision). Refund or
-// settle it once (see Limiter.Refund).
+// records the Redis instant the units were taken at, and the state it took
+// them from (key, Algorithm, layer), so a refund on another is refused. A
+// receipt is accepted only as it was returned: its check binds its Granted
+// and its Limiter's prefix, and a Peek's or a denial's Result is none
+// (TestReceiptBindsAmountLimiterAndDecision). Refund or settle it once.
 type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For
 	// Peek, whether it would.

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"log/slog"
 )
 
 // Rule is a key under a Limit: what a decision counts against. Every verb
@@ -12,25 +11,11 @@ import (
 // request is admitted only if every Rule admits it, and then counts in
 // every one; refused, it counts in none.
 //
-// One key under several Limits (10 per second and 1000 per hour, or a rate
-// and InFlight) is decided in one script call, atomically. So are several
-// keys, on one Redis server, and on a Redis Cluster when their keys share
-// a hash tag: the part of a key between its first '{' and the next '}', as
-// Redis defines it ("{org:7}:user:42" and "{org:7}" share "org:7"); the
-// rest of the key still names its own state. Keys in different Cluster
-// slots are decided one slot after another, in the order of the Rules:
-// when a later slot refuses (or fails), the units the earlier ones took
-// are given back. That errs on the strict side only: a unit may be held
-// for a round trip and given back, never granted beyond a limit; and a
-// unit taken in a window that ended before it was given back stays
-// counted, as after any Refund. Put the Rule that refuses most first, and
-// a key shared by everyone (a global limit) last: it is then asked only
-// for requests the others admit.
-//
-// A key's first Rule in a decision keeps the same state as that key
-// decided alone under its Limit; its second, third... Rules keep states of
-// their own, so adding a Limit to a key does not mix counters. A decision
-// takes at most 8 Rules, all checked before any Redis call.
+// Keys in different Cluster slots are decided one slot after another, in
+// the order of the Rules: put the Rule that refuses most first, and a
+// global key last. A decision takes at most 8 Rules, all checked before
+// any Redis call. Hash tags, slot give-backs and per-Rule states are in
+// docs/limits.md#rules-and-cluster-slots.
 type Rule struct {
 	Key   string
 	Limit Limit
@@ -85,18 +70,13 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // Refund gives back what taken (the Result of a call that admitted a
 // request under rules) took but did not use: the request failed, or should
 // not count. A refund leaves the state the key would have had if the
-// units had never been taken (TestGiveBackRestoresSweep): a bucket holds
-// its level plus the units, capped at its capacity; a window counts them
-// out only of the window they were taken in (see docs/limits.md). For
+// units had never been taken (TestGiveBackRestoresSweep). For
 // Concurrency, Refund gives the permit back. Zero a Rule's Result in
 // taken.Rules to leave that Rule alone.
 //
-// A receipt is refunded or settled once, under the Rules that took it
-// (same keys, same Algorithms, in the same order); another is refused with
-// ErrInvalidCost. The Limiter cannot tell a second refund or settle of one
-// receipt from a first, and would give its units back again: that the
-// caller must not do. A Limit whose Rate, Period or Burst changed since
-// the take still takes its receipts (the state is the same).
+// Refund or settle a receipt once, under the Rules that took it: the
+// Limiter cannot tell a second refund from a first, and would give the
+// units back again. See docs/limits.md#receipts.
 func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) (err error) {
 	defer l.observed(ctx, verbRefund, rules, l.observing(), &taken, &err)
 	if len(rules) == 1 && taken.Rules == nil {
@@ -112,31 +92,14 @@ func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) (err 
 
 // Settle corrects what taken (the Result of a call that admitted a
 // request under rules) took to what the request really used, once that is
-// known (the tokens of a completion, the bytes streamed): it gives back
+// known (the tokens of a completion, the bytes streamed). It gives back
 // the units not used, as Refund does, or takes the excess even beyond what
-// is left, as a debt that later requests wait out at the Limit's rate (the
-// buckets run below empty; the windows carry what exceeds Rate into the
-// following windows, Rate in each, and refuse every request until the
-// last of them begins: a debt of k x Rate beyond the window's own Rate
-// refuses through the k-th following window, calendar days, ISO weeks and
-// months alike; a calendar debt's RetryAfter and ResetAfter reach no
-// further than the start of the second following window, where a request
-// learns the rest). It returns what the keys have left after the
-// correction. used may be 0 (Refund); used < 0 is ErrInvalidCost. A zero
-// taken charges all of used. Concurrency permits have no cost: Settle
-// leaves them alone. The receipt rules of Refund hold: settle taken once.
-//
-// No used is too large: a larger one never leaves a key a shorter wait.
-// Each state has a deepest debt, and a charge beyond it leaves the state
-// there. A bucket's is the deepest its exact arithmetic holds: the least
-// of 2^52 of its scaled units (a unit is Period/gcd(Period, Rate) of them,
-// Period in µs or, for a Burst over a long Period, in ticks of 10^k µs),
-// which is at least 4 times its Capacity, and what refills in 2^52µs
-// (about 142 years): about 75 billion units (142 years) for
-// PerMinute(1000), 521249 (5.2 days) for 99991 per 24 hours. A window
-// charges up to 2^40 units (the largest Rate) of one Settle, more beside a
-// bucket that takes more, and carries a debt no further than 2^52µs after
-// the Unix epoch (the year 2112).
+// is left, as a debt that later requests wait out at the Limit's rate, and
+// returns what the keys have left after the correction. used may be 0
+// (Refund); used < 0 is ErrInvalidCost. A zero taken charges all of used.
+// Concurrency permits have no cost: Settle leaves them alone. The receipt
+// rules of Refund hold: settle taken once. How debts are carried, and the
+// deepest debt a key holds, are in docs/limits.md#settle-debts.
 func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...Rule) (res Result, err error) {
 	defer l.observed(ctx, verbSettle, rules, l.observing(), &res, &err)
 	if len(rules) != 1 || taken.Rules != nil {
@@ -272,207 +235,4 @@ func validRules(rules []Rule, n, mode int) error {
 		}
 	}
 	return nil
-}
-
-// slots is the Rules of a decision split by the Redis node that must run
-// them: groups[g] holds the indices of one slot's Rules, in order; tags
-// and index are the Rules' hash tags and their number among their key's
-// Rules; asked marks the Rules Redis decided.
-type slots struct {
-	groups [][]int
-	tags   []string
-	index  []int
-	asked  []bool
-}
-
-func split(rules []Rule, g grouping) *slots {
-	s := &slots{tags: make([]string, len(rules)), index: make([]int, len(rules)), asked: make([]bool, len(rules))}
-	ids := make([]groupID, 0, len(rules))
-	for i, r := range rules {
-		s.tags[i] = escapeTag(r.Key)
-		for j := range i {
-			if rules[j].Key == r.Key {
-				s.index[i]++
-			}
-		}
-		id := g.of(s.tags[i])
-		k := 0
-		for k < len(ids) && ids[k] != id {
-			k++
-		}
-		if k == len(ids) {
-			ids = append(ids, id)
-			s.groups = append(s.groups, nil)
-		}
-		s.groups[k] = append(s.groups[k], i)
-	}
-	return s
-}
-
-// decideSlot decides the Rules of group g that want reports true for (and
-// that took units, for a receipt's verbs) in one script call.
-func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule, parts []Result, n, mode int, want func(Limit) bool, out []Result) error {
-	var limits [maxRules]Limit
-	var index, pos [maxRules]int
-	var tags [maxRules]string
-	rq := request{n: n, mode: mode}
-	k, sameKey := 0, true
-	for _, i := range s.groups[g] {
-		lim := rules[i].Limit
-		if !want(lim) || parts != nil && parts[i].Granted <= 0 {
-			continue
-		}
-		if parts != nil {
-			if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && parts[i].foreign(l.prefix, rules[i].Key, lim.row(), s.index[i]) {
-				return fmt.Errorf("rule %d: %w", i, errForeignReceipt)
-			}
-			if mode == modeRefund && parts[i].staleWindow(lim) {
-				continue
-			}
-			if lim.Algorithm == Concurrency {
-				rq.id = parts[i].stamp
-			} else {
-				rq.taken = parts[i].stamp
-			}
-		}
-		if k == 0 {
-			rq.key = rules[i].Key
-		}
-		sameKey = sameKey && rules[i].Key == rq.key
-		limits[k], index[k], pos[k], tags[k] = lim, s.index[i], i, s.tags[i]
-		k++
-	}
-	if k == 0 {
-		return nil // nothing to give back, settle or keep here
-	}
-	permits := true
-	for _, lim := range limits[:k] {
-		permits = permits && lim.Algorithm == Concurrency
-	}
-	switch {
-	case mode == modeRefund && n == 0:
-		rq.n = grantedOf(rules, parts, pos[:k]...) // Refund's: all they took
-	case permits && (mode == modeConsume || mode == modePeek):
-		// A slot of permits alone: one per request, whatever the cost the
-		// rate Rules of other slots take (as beside them in one slot).
-		rq.n = 1
-	}
-	pl, err := l.plans.ofRules(limits[:k], index[:k], pos[:k])
-	if err != nil {
-		return err
-	}
-	rq.pl = pl
-	if !sameKey {
-		rq.tags = tags[:k]
-	}
-	var sub [maxRules]Result
-	if err := l.decide(ctx, &rq, sub[:k]); err != nil {
-		return err
-	}
-	for j, i := range pos[:k] {
-		out[i], s.asked[i] = sub[j], true
-		if sub[j].Granted > 0 && mode == modeConsume {
-			out[i].owner, out[i].period = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted), pl.layers[j].windowPeriod()
-		}
-	}
-	return nil
-}
-
-// admitted reports whether every Rule of group g admitted its request.
-func (s *slots) admitted(g int, out []Result) bool {
-	for _, i := range s.groups[g] {
-		if !out[i].Allowed {
-			return false
-		}
-	}
-	return true
-}
-
-// giveBack refunds what the groups before g took. It runs even when ctx
-// has ended, under the Limiter's own timeout; a refund that fails leaves
-// its units taken, on the strict side, until their window ends or their
-// bucket refills them.
-func (l *Limiter) giveBack(ctx context.Context, s *slots, g int, rules []Rule, out []Result) {
-	ctx = context.WithoutCancel(ctx)
-	for h := range g {
-		if err := l.decideSlot(ctx, s, h, rules, out, 0, modeRefund, everyRule, make([]Result, len(out))); err != nil {
-			if log := l.log(); log != nil {
-				log.LogAttrs(ctx, slog.LevelWarn, "redlimit: a refused request's units in another slot were not given back", slog.Any("error", err))
-			}
-		}
-		for _, i := range s.groups[h] {
-			out[i].Granted, out[i].owner = 0, 0
-		}
-	}
-}
-
-// grantedOf is the n the rate Rules of parts took (a Concurrency Rule's
-// Granted is its one permit, whatever the cost), or 1 for permits alone;
-// of the Rules at pos, or of all.
-func grantedOf(rules []Rule, parts []Result, pos ...int) int {
-	if pos == nil {
-		for i := range parts {
-			pos = append(pos, i)
-		}
-	}
-	n := 0
-	for _, i := range pos {
-		if parts[i].Granted <= 0 {
-			continue
-		}
-		if rules[i].Limit.Algorithm == Concurrency {
-			n = max(n, 1)
-			continue
-		}
-		return parts[i].Granted
-	}
-	return n
-}
-
-// merge is the Result of a decision under several Rules, from theirs: the
-// strictest Remaining, RetryAfter, ResetAfter and Delay of the Rules
-// asked. verb is the entry point's mode (modeCharge for Settle), used the
-// units Settle reports, parts the receipt.
-func (s *slots) merge(out, parts []Result, n, used, verb int) Result {
-	res := Result{Allowed: true, Remaining: -1, Rules: out}
-	for i := range out {
-		if !s.asked[i] {
-			if verb == modeCharge && parts != nil {
-				out[i] = parts[i] // a Rule Settle leaves alone keeps its receipt
-			} else if verb == modeConsume || verb == modePeek {
-				res.Allowed = false // a later slot, not asked: an earlier one refused
-			}
-			continue
-		}
-		if verb == modeCharge {
-			out[i].Allowed, out[i].Granted, out[i].RetryAfter = parts == nil || parts[i].Allowed, used, 0
-			if parts != nil {
-				out[i].Granted = parts[i].Granted
-			}
-		}
-		res.Allowed = res.Allowed && out[i].Allowed
-		if res.Remaining < 0 || out[i].Remaining < res.Remaining {
-			res.Remaining = out[i].Remaining
-		}
-		if !out[i].Allowed {
-			res.RetryAfter = max(res.RetryAfter, out[i].RetryAfter)
-		}
-		res.ResetAfter = max(res.ResetAfter, out[i].ResetAfter)
-		res.Delay = max(res.Delay, out[i].Delay)
-		res.Cached = res.Cached || out[i].Cached
-		res.Fallback = res.Fallback || out[i].Fallback
-		res.Leased = res.Leased || out[i].Leased
-	}
-	res.Remaining = max(res.Remaining, 0)
-	switch {
-	case verb == modeCharge:
-		res.Allowed, res.Granted, res.RetryAfter = true, used, 0
-	case !res.Allowed:
-		res.Granted, res.Delay = 0, 0
-	case verb == modeConsume:
-		res.Granted = n
-	case verb == modeRenew:
-		res.Granted = 1
-	}
-	return res
 }

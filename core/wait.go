@@ -27,22 +27,16 @@ func (waitExceedsDeadline) Error() string { return "core: wait would exceed the 
 func (waitExceedsDeadline) Unwrap() error { return context.DeadlineExceeded }
 
 // Wait blocks until a request of cost n is admitted under every Rule (and,
-// for LeakyBucket, its Delay has passed), or ctx ends, for workers and
-// outbound API clients that must not exceed a shared limit, and returns
-// the admitting Result (the receipt Refund and Settle take). It sleeps for
-// the RetryAfter Redis returns instead of polling.
+// for LeakyBucket, its Delay has passed), or ctx ends, and returns the
+// admitting Result (the receipt Refund and Settle take). It sleeps for the
+// RetryAfter Redis returns instead of polling.
 //
-// It gives up at once when ctx's deadline would pass before the request
-// could proceed, without taking anything: the error then matches
-// ErrWaitExceedsDeadline (and context.DeadlineExceeded), and the Result is
-// the denial, whose RetryAfter (> 0) is how long the request would have
-// had to wait, assuming no other traffic, a LeakyBucket's Delay included:
-// a retry that late, or a deadline that far, finds room. It also gives up
-// at once when the request can never pass (an invalid cost, or one above
-// the fallback's share while Redis is unavailable). Every other error
-// comes with a zero Result, except when ctx ends during a LeakyBucket
-// Delay: the units are taken by then, and the admitting Result is returned
-// with ctx's error, for Refund.
+// It gives up at once, taking nothing, when ctx's deadline would pass
+// before the request could proceed: the error then matches
+// ErrWaitExceedsDeadline, and the Result is the denial. It also gives up
+// at once when the request can never pass. Every other error comes with a
+// zero Result, except when ctx ends during a LeakyBucket Delay (see
+// docs/limits.md#waiting).
 func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (res Result, err error) {
 	start, slept := l.observing(), time.Duration(0) // its Latency is without its sleeps
 	defer func() { l.observed(ctx, verbWait, rules, later(start, slept), &res, &err) }()
