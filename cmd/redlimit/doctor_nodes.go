@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 
@@ -44,19 +44,24 @@ func nodeFindings(ctx context.Context, rdb redis.UniversalClient, nodes []node) 
 // as a node that answers sees them ("0-5460").
 func slotRanges(ctx context.Context, c *redis.ClusterClient) map[string]string {
 	out := map[string]string{}
-	slots, err := c.ClusterSlots(ctx).Result()
+	shards, err := c.ClusterShards(ctx).Result()
 	if err != nil {
 		return out
 	}
-	for _, s := range slots {
-		if len(s.Nodes) == 0 {
-			continue
+	for _, sh := range shards {
+		for _, n := range sh.Nodes {
+			if n.Role != "master" {
+				continue
+			}
+			addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+			for _, s := range sh.Slots {
+				r := fmt.Sprintf("%d-%d", s.Start, s.End)
+				if prev := out[addr]; prev != "" {
+					r = prev + ", " + r
+				}
+				out[addr] = r
+			}
 		}
-		r := fmt.Sprintf("%d-%d", s.Start, s.End)
-		if prev := out[s.Nodes[0].Addr]; prev != "" {
-			r = prev + ", " + r
-		}
-		out[s.Nodes[0].Addr] = r
 	}
 	return out
 }

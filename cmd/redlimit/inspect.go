@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -10,9 +9,6 @@ import (
 
 	"github.com/redlimit/redlimit/internal/inspect"
 )
-
-// errNoState is a command that found no state for its key: exit 1.
-var errNoState = errors.New("no state")
 
 type stateJSON struct {
 	Algorithm string         `json:"algorithm"`
