@@ -148,16 +148,18 @@ func TestBreakerOpensProbesAndRecovers(t *testing.T) {
 			}
 
 			// One record per change of state: failing, open, answering again
-			// (and, on a server without FUNCTION, the one that says so).
+			// (and, on a server without FUNCTION, the one that says so), and
+			// the one line a second that says who decided without Redis
+			// (core's degraded log, TestDegradedLoggedOncePerSecond).
 			got := slices.DeleteFunc(logs.records(), func(r string) bool { return strings.Contains(r, "refused FUNCTION") })
-			want := []string{"WARN failed", "WARN circuit open", "INFO answers again"}
+			want := []string{"WARN failed", "WARN did not decide", "WARN circuit open", "INFO answers again"}
 			ok := len(got) == len(want)
 			for i := 0; ok && i < len(want); i++ {
 				level, text, _ := strings.Cut(want[i], " ")
 				ok = strings.HasPrefix(got[i], level+" ") && strings.Contains(got[i], text)
 			}
 			if !ok {
-				t.Errorf("log records over %d requests:\n%s\nwant 3, one per change of state, like %q",
+				t.Errorf("log records over %d requests:\n%s\nwant 4, one per change of state and one for the degraded decisions, like %q",
 					calls+failures+10, strings.Join(got, "\n"), want)
 			}
 		})

@@ -29,7 +29,14 @@ func (a *App) wire(ctx context.Context) error {
 	// The Limiter logs Redis failing and answering again, and a Redis that
 	// may evict its keys. Its deny cache answers a client that comes back
 	// before its Retry-After without asking Redis, which keeps a flood off it.
-	limiter, err := core.New(a.rdb, core.WithTimeout(cfg.Timeout), core.WithLogger(a.Log), core.WithDenyCache(10000))
+	lopts := []core.Option{core.WithTimeout(cfg.Timeout), core.WithLogger(a.Log), core.WithDenyCache(10000)}
+	if !cfg.FailClosed {
+		// -fail open serves what Redis cannot decide, unlimited, as these
+		// servers promise; a service of your own keeps core's bounded
+		// local fallback (the default) by leaving this option out.
+		lopts = append(lopts, core.WithLocalFallback(0, 0))
+	}
+	limiter, err := core.New(a.rdb, lopts...)
 	if err != nil {
 		return err
 	}
