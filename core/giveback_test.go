@@ -146,9 +146,10 @@ func giveBackCase(t *testing.T, l *Limiter, lim Limit, kind string, level, n, us
 }
 
 // compareTwins reads a and twin in one call. Unless exact, it compares
-// their Remaining only: on a real Redis the twin's history is not at the
-// same instants as a's (its take, for a Settle), which moves a window's
-// ResetAfter, or a Settle's bucket by the refill between.
+// their Remaining only, a leading by one unit at most: on a real Redis
+// the twin's history is not at the same instants as a's (its take, for a
+// Settle), which moves a window's ResetAfter, or a Settle's bucket by the
+// refill between.
 func compareTwins(t *testing.T, l *Limiter, a, twin Rule, exact bool) {
 	t.Helper()
 	l.group = groupNode // one call, one instant
@@ -159,6 +160,12 @@ func compareTwins(t *testing.T, l *Limiter, a, twin Rule, exact bool) {
 	got, want := r.Rules[0], r.Rules[1]
 	if !exact {
 		got.RetryAfter, got.ResetAfter = want.RetryAfter, want.ResetAfter
+		// The twin's take came a round trip after a's, and a bucket of
+		// 1000/s refills a unit a millisecond: a may lead by that unit,
+		// never lag (a lag is the lost refill this sweep is for).
+		if got.Remaining == want.Remaining+1 {
+			got.Remaining = want.Remaining
+		}
 	}
 	if got.Remaining != want.Remaining || got.RetryAfter != want.RetryAfter || got.ResetAfter != want.ResetAfter {
 		t.Errorf("after the give-back: Remaining %d, RetryAfter %v, ResetAfter %v; had the take never happened: %d, %v, %v",

@@ -81,6 +81,7 @@ type Limiter struct {
 	acks      replicaAcks      // WithReplicaAcks
 	observers observers        // see Observe
 	degraded  degradedLog
+	echoes    echoes // Resets announced, not yet heard back (resets.go)
 	closed    atomic.Bool
 	stop      func() // undoes what New registered on the client
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"runtime"
+	"sync"
 	"time"
 	"weak"
 
@@ -27,10 +28,50 @@ func resetChannel(prefix string) string { return prefix + ":resets" }
 // announceReset tells every listening Limiter under l's prefix that tag
 // was reset. In a Cluster, PUBLISH reaches the subscribers of every node.
 func (l *Limiter) announceReset(ctx context.Context, tag string) error {
+	if l.denied != nil || l.leases != nil {
+		l.echoes.expect(tag, time.Now())
+	}
 	_, err := l.do(ctx, func(ctx context.Context) (any, error) {
 		return nil, l.rdb.Publish(ctx, resetChannel(l.prefix), tag).Err()
 	})
 	return err
+}
+
+// echoes are the Resets this Limiter announced and has already applied.
+// Its own message comes back after Reset returned, when the caller may
+// have taken a fresh lease: forgetting that lease would lose units Redis
+// counted (TestLeaseReset fails without this). An echo that never comes
+// (the subscription was down) is expected for echoWait at most, so a
+// later operator's reset of the same key is not swallowed.
+type echoes struct {
+	mu sync.Mutex
+	m  map[string]time.Time // tag: until when its echo is expected
+}
+
+const echoWait = 5 * time.Second
+
+func (e *echoes) expect(tag string, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = make(map[string]time.Time)
+	}
+	for t, until := range e.m {
+		if now.After(until) {
+			delete(e.m, t)
+		}
+	}
+	e.m[tag] = now.Add(echoWait)
+}
+
+// own reports whether a message naming tag is the echo of this Limiter's
+// own Reset, and stops expecting it.
+func (e *echoes) own(tag string, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	until, ok := e.m[tag]
+	delete(e.m, tag)
+	return ok && !now.After(until)
 }
 
 // listenResets subscribes l to its prefix's resets when it keeps local
@@ -76,7 +117,9 @@ func receiveResets(ctx context.Context, ps *redis.PubSub, ref weak.Pointer[Limit
 			}
 			subscribed = subscribed || m.Kind == "subscribe"
 		case *redis.Message:
-			l.forget(m.Payload)
+			if !l.echoes.own(m.Payload, time.Now()) {
+				l.forget(m.Payload)
+			}
 		}
 		l = nil
 		if err == nil {
