@@ -254,36 +254,17 @@ func (l *Limiter) giveBackLeft(c *pending) {
 
 // runBatch decides calls in one script call, bounded by the Limiter's
 // timeout (each caller also keeps its own deadline, and tells the breaker
-// its outcome). Requests on the same state keys go together, in the order
-// they came.
+// its outcome).
 func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 	ctx, cancel := l.bound(context.Background())
 	defer cancel()
-	byState := make(map[string][]*pending, len(calls))
-	order := make([]string, 0, len(calls))
-	for _, c := range calls {
-		k := c.keys[0]
-		if len(pl.layers) > 1 {
-			// Rules of several keys (a user's and an organisation's)
-			// share a state only if they share every key
-			// (TestBatchAttackRulesOfSeveralKeys).
-			k = joinKeys(c.keys[:c.nkeys])
-		}
-		if _, ok := byState[k]; !ok {
-			order = append(order, k)
-		}
-		byState[k] = append(byState[k], c)
-	}
+	groups := byState(pl, calls)
 	head, _ := pl.argv(l.clock())
-	keys := make([]string, 0, len(order)*pl.nkeys)
+	keys := make([]string, 0, len(groups)*pl.nkeys)
 	args := append(make([]any, 0, len(head)+3*len(calls)), head...)
 	sorted := make([]*pending, 0, len(calls))
 	refunds := false
-	for _, c := range calls {
-		refunds = refunds || c.rq.mode == modeRefund
-	}
-	for _, k := range order {
-		reqs := byState[k]
+	for _, reqs := range groups {
 		keys = append(keys, reqs[0].keys[:reqs[0].nkeys]...)
 		for i, c := range reqs {
 			code := c.rq.n*8 + c.rq.mode // (n >= 1: never 0, whose sign is lost)
@@ -292,26 +273,13 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 			}
 			args = c.rq.appendTail(append(args, code))
 			sorted = append(sorted, c)
+			refunds = refunds || c.rq.mode == modeRefund
 		}
 	}
 	v, err := l.call(ctx, pl, keys, args, false, refunds)
 	nl := len(pl.layers)
-	if len(order) > 1 && requestsOwn(ctx, err) {
-		// A key that holds a value redlimit did not write (or one of
-		// another type) stops the script for every key in it: each call
-		// is decided alone instead, all at once, so that only that key's
-		// callers see the error (TestBatchAttackPoisonKey) and the others
-		// wait one more round trip (TestBatchAttackPoisonKeySlowNetwork).
-		// Units the script took before it stopped stay taken (the strict
-		// side); a refund, never sent twice, reports the error.
-		var wg sync.WaitGroup
-		for _, c := range sorted {
-			c.err = err
-			if c.rq.mode != modeRefund {
-				wg.Go(func() { c.err = l.runOne(ctx, &c.rq, c.keys[:c.nkeys], c.res[:nl]) })
-			}
-		}
-		wg.Wait()
+	if len(groups) > 1 && requestsOwn(ctx, err) {
+		l.runAlone(ctx, sorted, err, nl)
 		return
 	}
 	results := make([]Result, nl*len(sorted))
@@ -322,6 +290,44 @@ func (l *Limiter) runBatch(pl *plan, calls []*pending) {
 		copy(c.res[:nl], results[i*nl:])
 		c.err = err
 	}
+}
+
+// byState groups calls by their state keys, in the order they came.
+func byState(pl *plan, calls []*pending) [][]*pending {
+	at := make(map[string]int, len(calls))
+	var groups [][]*pending
+	for _, c := range calls {
+		k := c.keys[0]
+		if len(pl.layers) > 1 {
+			// Rules of several keys (a user's and an organisation's)
+			// share a state only if they share every key
+			// (TestBatchAttackRulesOfSeveralKeys).
+			k = joinKeys(c.keys[:c.nkeys])
+		}
+		i, ok := at[k]
+		if !ok {
+			i, at[k] = len(groups), len(groups)
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], c)
+	}
+	return groups
+}
+
+// runAlone decides each of calls alone, at once, after a key that holds
+// a value redlimit did not write stopped their batch with err: only that
+// key's callers see it (TestBatchAttackPoisonKey), the others wait one
+// more round trip (TestBatchAttackPoisonKeySlowNetwork). Units taken before
+// it stopped stay taken; a refund, never sent twice, reports err.
+func (l *Limiter) runAlone(ctx context.Context, calls []*pending, err error, nl int) {
+	var wg sync.WaitGroup
+	for _, c := range calls {
+		c.err = err
+		if c.rq.mode != modeRefund {
+			wg.Go(func() { c.err = l.runOne(ctx, &c.rq, c.keys[:c.nkeys], c.res[:nl]) })
+		}
+	}
+	wg.Wait()
 }
 
 // joinKeys is keys as one string that no other list of keys spells: each
