@@ -50,21 +50,10 @@ func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (res Result, e
 	}
 	for {
 		ask := rules
-		if dl, ok := ctx.Deadline(); ok && queues {
-			left := time.Until(dl)
-			// A queued request leaves once the queue ahead has drained, and
-			// waiting does not make that sooner than the deadline: give up
-			// now rather than take a place that cannot be used.
-			if p, err := l.decideRules(ctx, n, modePeek, rules); err == nil && p.Allowed && p.Delay > left {
-				denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter}
-				return denied, tooLate(key, p.Delay, left)
-			}
-			ask = make([]Rule, len(rules))
-			for i, r := range rules {
-				if r.Limit.queues() && (r.Limit.MaxDelay == 0 || left < r.Limit.MaxDelay) {
-					r.Limit.MaxDelay = max(left, time.Microsecond)
-				}
-				ask[i] = r
+		if queues {
+			var denied Result
+			if ask, denied, err = l.forDeadline(ctx, n, rules, key); err != nil {
+				return denied, err
 			}
 		}
 		r, err := l.decideRules(ctx, n, modeConsume, ask) // (Allow, but observed once, as the Wait)
@@ -100,6 +89,30 @@ func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (res Result, e
 			return r, nil
 		}
 	}
+}
+
+// forDeadline is rules with each queue's MaxDelay cut to ctx's deadline.
+// A queued request leaves once the queue ahead has drained, and waiting
+// does not make that sooner than the deadline: it gives up now, with the
+// denial, rather than take a place that cannot be used.
+func (l *Limiter) forDeadline(ctx context.Context, n int, rules []Rule, key string) ([]Rule, Result, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return rules, Result{}, nil
+	}
+	left := time.Until(dl)
+	if p, err := l.decideRules(ctx, n, modePeek, rules); err == nil && p.Allowed && p.Delay > left {
+		denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter}
+		return nil, denied, tooLate(key, p.Delay, left)
+	}
+	ask := make([]Rule, len(rules))
+	for i, r := range rules {
+		if r.Limit.queues() && (r.Limit.MaxDelay == 0 || left < r.Limit.MaxDelay) {
+			r.Limit.MaxDelay = max(left, time.Microsecond)
+		}
+		ask[i] = r
+	}
+	return ask, Result{}, nil
 }
 
 // tooLate is the error of a wait that would outlast the deadline.
