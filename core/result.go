@@ -200,41 +200,52 @@ func parseResults(v any, out []Result, pl *plan, taken func(i int) int) error {
 			at += 2
 			continue
 		}
-		if len(vals) < at+5 {
-			return fmt.Errorf("%w: %d integers end within result %d", errBadReply, len(vals), i)
+		r, err := readResult(vals, at, i, clock, pl)
+		if err != nil {
+			return err
 		}
-		var ints [5]int64
-		for j := range ints {
-			v, ok := vals[at+j].(int64)
-			if !ok {
-				return fmt.Errorf("%w: element %d is %T, want int64", errBadReply, at+j, vals[at+j])
-			}
-			ints[j] = v
-		}
+		out[i] = r
 		at += 5
-		out[i] = Result{
-			Allowed:    ints[0] > 0,
-			Granted:    int(ints[0]),
-			Remaining:  int(ints[1]),
-			RetryAfter: time.Duration(ints[2]) * time.Microsecond,
-			ResetAfter: time.Duration(ints[3]) * time.Microsecond,
-			Delay:      time.Duration(ints[4]) * time.Microsecond,
-			stamp:      clock,
-		}
-		if pl.layers[i%len(pl.layers)].row.tagged {
-			out[i].Delay = 0
-			// (A plan of several layers reads the clock, which names
-			// every layer's window.)
-			if len(pl.layers) == 1 {
-				out[i].stamp = ints[4]
-			}
-		}
-		if ints[0] < 0 || ints[1] < 0 || ints[2] < 0 || ints[3] < 0 || ints[4] < 0 {
-			return fmt.Errorf("%w: negative integer in %v", errBadReply, ints)
-		}
 	}
 	if at != len(vals) {
 		return fmt.Errorf("%w: %d integers for %d results", errBadReply, len(vals), len(out))
 	}
 	return nil
+}
+
+// readResult reads result i, the five integers at vals[at:], of a reply
+// whose clock is clock.
+func readResult(vals []any, at, i int, clock int64, pl *plan) (Result, error) {
+	if len(vals) < at+5 {
+		return Result{}, fmt.Errorf("%w: %d integers end within result %d", errBadReply, len(vals), i)
+	}
+	var ints [5]int64
+	for j := range ints {
+		v, ok := vals[at+j].(int64)
+		if !ok {
+			return Result{}, fmt.Errorf("%w: element %d is %T, want int64", errBadReply, at+j, vals[at+j])
+		}
+		if v < 0 {
+			return Result{}, fmt.Errorf("%w: negative integer in %v", errBadReply, vals[at:at+5])
+		}
+		ints[j] = v
+	}
+	r := Result{
+		Allowed:    ints[0] > 0,
+		Granted:    int(ints[0]),
+		Remaining:  int(ints[1]),
+		RetryAfter: time.Duration(ints[2]) * time.Microsecond,
+		ResetAfter: time.Duration(ints[3]) * time.Microsecond,
+		Delay:      time.Duration(ints[4]) * time.Microsecond,
+		stamp:      clock,
+	}
+	if pl.layers[i%len(pl.layers)].row.tagged {
+		r.Delay = 0
+		// (A plan of several layers reads the clock, which names every
+		// layer's window.)
+		if len(pl.layers) == 1 {
+			r.stamp = ints[4]
+		}
+	}
+	return r, nil
 }
