@@ -65,8 +65,10 @@ func (p *Policy) ReportCost(ctx context.Context, units int) bool {
 }
 
 // writeHeaders writes the response headers of the decision into h: the
-// rate-limit fields of Config.Headers when the Limiter decided, and
-// Retry-After when the request is refused for a while. Several Policies
+// rate-limit fields of Config.Headers when Redis decided, and Retry-After
+// when the request is refused for a while. The local fallback's decisions
+// carry no fields: its Remaining is this instance's share, not the key's
+// (TestFallbackDecisionsCarryNoFields). Several Policies
 // on one route compose: each reads what the ones before it wrote, so the
 // IETF fields list every policy, X-RateLimit-* describe the most
 // restrictive (the lowest Remaining), and Retry-After is the longest wait.
@@ -75,7 +77,7 @@ func (p *Policy) ReportCost(ctx context.Context, units int) bool {
 // after its Cost, not after the settlement, which the key's next
 // response reports.
 func (d *Decision) writeHeaders(h HeaderWriter) {
-	if d.policy != nil && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight) {
+	if d.policy != nil && !d.Result.Fallback && (d.Outcome == OutcomeAllowed || d.Outcome == OutcomeDenied || d.Outcome == OutcomeInFlight) {
 		for _, s := range d.policy.headers {
 			s.writeHeaders(h, d)
 		}
