@@ -162,8 +162,8 @@ func launch(t *testing.T, fw string, env []string, args ...string) *server {
 	}
 	s.cmd = exec.Command(binary(fw), args...)
 	// A generous -timeout, unless the test says otherwise: on a busy 2-core
-	// machine a decision may take longer than the default 100ms, and a
-	// fail-open answer would then hide what the test checks.
+	// machine a decision may take longer than the default 100ms, and the
+	// local fallback's answer would then hide what the test checks.
 	s.cmd.Env = baseEnv(append([]string{"TIMEOUT=2s"}, env...)...)
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
@@ -695,11 +695,19 @@ var scenarios = []struct {
 		s.stop()
 	}},
 	{"fail open, redis refusing", func(t *testing.T, fw string) {
-		s := start(t, fw, nil, "-redis", "redis://"+freeAddr(t)+"/0", "-timeout", "100ms", "-fail", "open")
-		for range 5 {
+		// Fail open is bounded: Redis never answered, so the local fallback
+		// assumes 64 instances, and this one's share of 10 a minute is one
+		// unit per 64 x 1m / 10 = 384 s. It serves that unit, without rate-limit
+		// headers (they would describe the share, not the key), and refuses
+		// the rest as a limit does; it was 5 of 5 served before.
+		s := start(t, fw, nil, "-redis", "redis://"+freeAddr(t)+"/0", "-timeout", "100ms", "-fail", "open", "-limit", "10", "-period", "1m")
+		for i := range 5 {
 			r := s.get("/")
-			if r.status != http.StatusOK || r.body != "ok" {
-				t.Fatalf("got %d %q, want 200 ok", r.status, r.body)
+			switch {
+			case i == 0 && (r.status != http.StatusOK || r.body != "ok"):
+				t.Fatalf("request 1: got %d %q, want 200 ok (the share's unit)", r.status, r.body)
+			case i > 0:
+				wantDenied(t, r, 384)
 			}
 			wantNoHeaders(t, r, append(xHeaders, ietfHeaders...)...)
 			if r.elapsed > time.Second {

@@ -41,8 +41,8 @@ var options = []option{
 	{"period", "PERIOD", "period of the limit (Go duration)"},
 	{"burst", "BURST", "capacity of token_bucket, queue length of leaky_bucket (default: = limit)"},
 	{"key", "KEY", "ip, or metadata:<name> (e.g. metadata:x-api-key; calls without it are keyed by IP)"},
-	{"fail", "FAIL", "open or closed: what calls get when Redis cannot answer within the timeout"},
-	{"timeout", "TIMEOUT", "the most one decision may take before the fail policy applies"},
+	{"fail", "FAIL", "open or closed: when Redis cannot answer within the timeout, open lets this instance decide with its share of the limit (bounded, never unlimited), closed answers Unavailable"},
+	{"timeout", "TIMEOUT", "the most one decision may wait for Redis before -fail applies"},
 }
 
 // parseConfig parses args (without the program name) and the environment

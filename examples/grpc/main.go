@@ -91,15 +91,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}()
 	// The Limiter logs Redis failing and answering again, and a Redis that
 	// may evict its keys. Its deny cache answers a client that comes back
-	// before its retry-after without asking Redis.
-	opts := []core.Option{core.WithTimeout(cfg.timeout), core.WithLogger(log), core.WithDenyCache(10000)}
-	if !cfg.failClosed {
-		// -fail open serves what Redis cannot decide, unlimited, as these
-		// servers promise; a service of your own keeps core's bounded
-		// local fallback (the default) by leaving this option out.
-		opts = append(opts, core.WithLocalFallback(0, 0))
-	}
-	limiter, err := core.New(rdb, opts...)
+	// before its retry-after without asking Redis. What Redis cannot
+	// decide within the timeout, its local fallback (core's default)
+	// decides: each instance its share of the limit, so -fail open is
+	// bounded, never unlimited.
+	limiter, err := core.New(rdb, core.WithTimeout(cfg.timeout), core.WithLogger(log), core.WithDenyCache(10000))
 	if err != nil {
 		return err
 	}

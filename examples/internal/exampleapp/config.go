@@ -38,7 +38,8 @@ type Config struct {
 	// Key is "ip" or "header:<Name>". Default "ip".
 	Key string
 	// FailClosed refuses requests when Redis cannot answer (-fail closed).
-	// Default false: -fail open.
+	// Default false: -fail open, where the Limiter's local fallback
+	// decides them with this instance's share of the limit.
 	FailClosed bool
 	// Timeout bounds one decision. Default 100ms.
 	Timeout time.Duration
@@ -71,8 +72,8 @@ var options = []option{
 	{"period", "PERIOD", "period of the limit (Go duration)"},
 	{"burst", "BURST", "capacity of token_bucket, queue length of leaky_bucket (default: = limit)"},
 	{"key", "KEY", "ip, or header:<Name> (e.g. header:X-API-Key; requests without it are keyed by IP)"},
-	{"fail", "FAIL", "open or closed: what requests get when Redis cannot answer within the timeout"},
-	{"timeout", "TIMEOUT", "the most one decision may take before the fail policy applies"},
+	{"fail", "FAIL", "open or closed: when Redis cannot answer within the timeout, open lets this instance decide with its share of the limit (bounded, never unlimited), closed answers 503"},
+	{"timeout", "TIMEOUT", "the most one decision may wait for Redis before -fail applies"},
 	{"headers", "HEADERS", "xratelimit, ietf, both or none"},
 	{"max-wait", "MAX_WAIT", "leaky_bucket only: the longest a request is held before it proceeds (default: = period)"},
 	{"metrics", "METRICS", "serve Prometheus metrics at GET /metrics"},

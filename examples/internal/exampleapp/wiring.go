@@ -22,21 +22,17 @@ func (a *App) wire(ctx context.Context) error {
 	cfg := a.Config
 	// With ContextTimeoutEnabled, go-redis stops at a context's deadline
 	// on the socket itself: the Limiter's timeout then ends a call Redis
-	// is slow to answer, and the fail policy answers the request.
+	// is slow to answer, and the local fallback or -fail closed answers.
 	opts := a.RedisOptions() // -redis, -redis-cluster, or the embedded miniredis
 	opts.ContextTimeoutEnabled = true
 	a.rdb = redis.NewUniversalClient(opts)
 	// The Limiter logs Redis failing and answering again, and a Redis that
 	// may evict its keys. Its deny cache answers a client that comes back
 	// before its Retry-After without asking Redis, which keeps a flood off it.
-	lopts := []core.Option{core.WithTimeout(cfg.Timeout), core.WithLogger(a.Log), core.WithDenyCache(10000)}
-	if !cfg.FailClosed {
-		// -fail open serves what Redis cannot decide, unlimited, as these
-		// servers promise; a service of your own keeps core's bounded
-		// local fallback (the default) by leaving this option out.
-		lopts = append(lopts, core.WithLocalFallback(0, 0))
-	}
-	limiter, err := core.New(a.rdb, lopts...)
+	// What Redis cannot decide within the timeout, its local fallback
+	// (core's default) decides: each instance its share of the limit, so
+	// -fail open is bounded, never unlimited.
+	limiter, err := core.New(a.rdb, core.WithTimeout(cfg.Timeout), core.WithLogger(a.Log), core.WithDenyCache(10000))
 	if err != nil {
 		return err
 	}
