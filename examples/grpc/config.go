@@ -188,8 +188,11 @@ func (c config) coreLimit() core.Limit {
 }
 
 // poolSize bounds the connections to each Redis node; they are opened as
-// concurrency needs them.
-const poolSize = 128
+// concurrency needs them, beyond warmConns, which go-redis dials at start
+// in the background: the first burst after a start then finds them open
+// rather than spending its timeout dialling (the local fallback would
+// decide what it could not).
+const poolSize, warmConns = 128, 16
 
 // redisOptions are the go-redis options for -redis (its URL's address,
 // credentials, database and TLS), -redis-cluster (a ClusterClient, even
@@ -206,6 +209,7 @@ func (c config) redisOptions(embedded string) *redis.UniversalOptions {
 		WriteTimeout:          c.timeout,
 		PoolTimeout:           c.timeout,
 		PoolSize:              poolSize,
+		MinIdleConns:          warmConns,
 		DialerRetries:         1,
 		MaxRetries:            -1,
 		ContextTimeoutEnabled: true,

@@ -56,6 +56,41 @@ func TestTimedOutDecisionKeepsTheLimit(t *testing.T) {
 	}
 }
 
+// TestFreshInstanceDecidedByFallback backs "a freshly started instance
+// never serves a request because Redis has not answered it yet"
+// (docs/operations.md): a Limiter made with default settings while its
+// Redis hangs (SIGSTOP: connections are accepted, nothing is answered)
+// decides its first requests in process, as one of the 64 instances it
+// assumes before Redis has counted the fleet. PerMinute(10) is then one
+// unit per 6.4 minutes: 1 of 20 admitted, each a decision of the fallback,
+// never an error for the fail policy to serve unlimited.
+func TestFreshInstanceDecidedByFallback(t *testing.T) {
+	s := redistest.StartServer(t)
+	s.Pause()
+	defer s.Resume()
+	rdb := s.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.ContextTimeoutEnabled = true })
+	l, err := core.New(rdb, core.WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	admitted := 0
+	for i := range 20 {
+		r, err := l.Allow(context.Background(), 1, core.PerMinute(10).For("fresh"))
+		if err != nil || !r.Fallback {
+			t.Fatalf("request %d to a fresh Limiter, Redis hanging: %+v, %v; want a decision of the fallback", i+1, r, err)
+		}
+		if r.Allowed {
+			admitted++
+		} else if r.RetryAfter < 6*time.Minute {
+			t.Errorf("request %d refused with RetryAfter %v, want 6.4 minutes (a 64th of 10 a minute)", i+1, r.RetryAfter)
+		}
+	}
+	if admitted != 1 {
+		t.Errorf("%d of 20 admitted, want 1: the share of one of 64 assumed instances", admitted)
+	}
+}
+
 // TestDegradedSweep backs the bounds of docs/limits.md ("The local
 // fallback") against real faults: instances x rates x algorithms x fault
 // (down: killed; paused: SIGSTOP, every call times out; slow: CLIENT PAUSE

@@ -66,8 +66,11 @@ func (a *App) wire(ctx context.Context) error {
 }
 
 // poolSize bounds the connections to each Redis node; they are opened as
-// concurrency needs them.
-const poolSize = 128
+// concurrency needs them, beyond warmConns, which go-redis dials at start
+// in the background: the first burst after a start then finds them open
+// rather than spending its timeout dialling (the local fallback would
+// decide what it could not).
+const poolSize, warmConns = 128, 16
 
 // RedisOptions are the go-redis options for -redis (its URL's address,
 // credentials, database and TLS), -redis-cluster (a ClusterClient, even for
@@ -86,6 +89,7 @@ func (a *App) RedisOptions() *redis.UniversalOptions {
 		WriteTimeout:  t,
 		PoolTimeout:   t,
 		PoolSize:      poolSize,
+		MinIdleConns:  warmConns,
 		DialerRetries: 1,
 		MaxRetries:    -1,
 	}
