@@ -56,7 +56,7 @@ func (l *Limiter) Wait(ctx context.Context, n int, rules ...Rule) (res Result, e
 			// waiting does not make that sooner than the deadline: give up
 			// now rather than take a place that cannot be used.
 			if p, err := l.decideRules(ctx, n, modePeek, rules); err == nil && p.Allowed && p.Delay > left {
-				denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter}
+				denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter, At: p.At}
 				return denied, tooLate(key, p.Delay, left)
 			}
 			ask = make([]Rule, len(rules))
