@@ -50,7 +50,7 @@ func (l *Limiter) decide(ctx context.Context, rq *request, out []Result) error {
 	keys := rq.pl.keys(buf[:0], l.prefix, tag, rq.tags)
 	sent := time.Now()
 	if done, err := l.answerLocally(ctx, rq, tag, keys, sent, out); done {
-		return classified(ctx, err)
+		return l.dated(out, classified(ctx, err))
 	}
 	err := l.ask(ctx, rq, tag, keys, sent, out)
 	if err != nil {
@@ -59,12 +59,31 @@ func (l *Limiter) decide(ctx context.Context, rq *request, out []Result) error {
 		}
 		if l.fallback != nil && rq.mode <= modeAtMost && rq.mode != modePeek {
 			l.degraded.note(l, degradedFallback, err)
-			return classified(ctx, l.fallback.decide(keys, rq, time.Now(), out))
+			return l.dated(out, classified(ctx, l.fallback.decide(keys, rq, time.Now(), out)))
 		}
 		l.degraded.note(l, degradedError, err)
 		return classified(ctx, err)
 	}
 	l.remember(rq, keys, sent, time.Now(), out)
+	return l.dated(out, nil)
+}
+
+// dated gives the Results of a decision that Redis' clock did not date
+// the Limiter's clock (see Result.At), and returns err; a failure's
+// Results are left alone.
+func (l *Limiter) dated(out []Result, err error) error {
+	if err != nil {
+		return err
+	}
+	var now time.Time
+	for i := range out {
+		if out[i].At.IsZero() {
+			if now.IsZero() {
+				now = l.clock()
+			}
+			out[i].At = now
+		}
+	}
 	return nil
 }
 

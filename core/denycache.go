@@ -59,6 +59,7 @@ func (c *denyCache) get(key string, pl *plan, n int, now time.Time, out []Result
 			r.Cached = true
 		}
 		r.ResetAfter = max(r.RetryAfter, r.ResetAfter-gone)
+		r.At = r.At.Add(gone) // Redis' clock now, if it dated the denial
 		out[i] = r
 	}
 	return true

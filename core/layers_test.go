@@ -259,7 +259,20 @@ func opsRules(key string, limits []Limit) []Rule {
 
 // opsSame reports whether a and b are the same Result, unexported fields
 // and per-Rule Results included: what == said before Result held a slice.
-func opsSame(a, b Result) bool { return reflect.DeepEqual(a, b) }
+func opsSame(a, b Result) bool { return reflect.DeepEqual(undated(a), undated(b)) }
+
+// undated is r without its instants (Result.At), which a decision of a
+// FixedWindow over a Period takes from the process' clock.
+func undated(r Result) Result {
+	r.At = time.Time{}
+	if r.Rules != nil {
+		r.Rules = slices.Clone(r.Rules)
+		for i := range r.Rules {
+			r.Rules[i] = undated(r.Rules[i])
+		}
+	}
+	return r
+}
 
 // opsAdmitted reports whether a decision under several Rules admitted:
 // every Rule granted.

@@ -51,6 +51,12 @@ type Result struct {
 	// out. Remaining is then what Redis had left when the lease was taken,
 	// plus the lease's own units.
 	Leased bool
+	// At is the instant of the decision, from which RetryAfter, ResetAfter
+	// and Delay count: Redis' clock (its TIME), or the Limiter's
+	// (WithClock) for decisions made here (Cached, Fallback, Leased) and
+	// for a FixedWindow over a Period alone, which reads its key's expiry
+	// instead. Response headers take their time from it.
+	At time.Time
 	// Rules holds, for a decision under several Rules, one Result per
 	// Rule, in their order, each saying what its Rule alone decided (and,
 	// for a receipt, what it took); nil for one Rule. The fields above are
@@ -238,6 +244,11 @@ func readResult(vals []any, at, i int, clock int64, pl *plan) (Result, error) {
 		ResetAfter: time.Duration(ints[3]) * time.Microsecond,
 		Delay:      time.Duration(ints[4]) * time.Microsecond,
 		stamp:      clock,
+	}
+	if clock > 0 && !(len(pl.layers) == 1 && pl.layers[0].row.tagged) {
+		// (A FixedWindow over a Period alone reads the clock only when a
+		// window opens: its Results take the Limiter's, all alike.)
+		r.At = time.UnixMicro(clock)
 	}
 	if pl.layers[i%len(pl.layers)].row.tagged {
 		r.Delay = 0

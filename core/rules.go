@@ -111,7 +111,7 @@ func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...R
 		return Result{}, err
 	}
 	if n == 0 || limit.Algorithm == Concurrency || taken.Granted <= 0 && mode == modeRefund {
-		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter}, nil
+		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter, At: taken.At}, nil
 	}
 	res, err = l.one(ctx, rules[0].Key, limit, n, mode, taken)
 	if err != nil {

@@ -194,6 +194,9 @@ func (s *slots) merge(out, parts []Result, n, used, verb int) Result {
 		res.Cached = res.Cached || out[i].Cached
 		res.Fallback = res.Fallback || out[i].Fallback
 		res.Leased = res.Leased || out[i].Leased
+		if out[i].At.After(res.At) {
+			res.At = out[i].At // the last slot's, asked last
+		}
 	}
 	res.Remaining = max(res.Remaining, 0)
 	switch {

@@ -102,7 +102,7 @@ func (l *Limiter) forDeadline(ctx context.Context, n int, rules []Rule, key stri
 	}
 	left := time.Until(dl)
 	if p, err := l.decideRules(ctx, n, modePeek, rules); err == nil && p.Allowed && p.Delay > left {
-		denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter}
+		denied := Result{Remaining: p.Remaining, RetryAfter: p.Delay, ResetAfter: p.ResetAfter, At: p.At}
 		return nil, denied, tooLate(key, p.Delay, left)
 	}
 	ask := make([]Rule, len(rules))

@@ -37,10 +37,10 @@ var grpcModules = []string{"google.golang.org/grpc", "google.golang.org/genproto
 
 // linked are this repository's packages grpclimit may link: itself, core
 // and httplimit, and what they bring: core's hooks for the operator's tool,
-// its observers and its clock, and httplimit's key formation (see
+// and its observers, and httplimit's key formation (see
 // internal/deps' coreHooks).
 var linked = []string{"grpclimit", "core", "httplimit",
-	"internal/inspect", "internal/observe", "internal/clock", "internal/keyspace"}
+	"internal/inspect", "internal/observe", "internal/keyspace"}
 
 // TestDependencies: grpclimit links only core, httplimit, go-redis, gRPC
 // and the standard library's kin, never another framework, a metrics SDK

@@ -85,7 +85,6 @@ type Decision struct {
 
 	policy    *Policy
 	ctx       context.Context
-	now       time.Time
 	key       string // as sent to the Limiter ("<name>:<key>")
 	cost      int
 	capacity  int           // of the layer Result reports

@@ -54,8 +54,11 @@ func (x XRateLimit) writeHeaders(h HeaderWriter, d *Decision) {
 	h.Set(remaining, strconv.Itoa(r.Remaining))
 	// Whole seconds and fractions apart: ResetAfter may be near the
 	// longest time.Duration, beyond what Unix nanoseconds can add.
-	frac := r.ResetAfter%time.Second + time.Duration(d.now.Nanosecond()) // < 2s
-	reset := d.now.Unix() + int64(r.ResetAfter/time.Second) + ceilSeconds(frac)
+	// The decision's instant, Redis' clock, as ResetAfter's: never this
+	// process' (TestHeadersOnTheDecisionClock).
+	now := r.At
+	frac := r.ResetAfter%time.Second + time.Duration(now.Nanosecond()) // < 2s
+	reset := now.Unix() + int64(r.ResetAfter/time.Second) + ceilSeconds(frac)
 	h.Set(or(x.Reset, "X-Ratelimit-Reset"), strconv.FormatInt(reset, 10))
 }
 
@@ -117,7 +120,7 @@ func (IETF) writeHeaders(h HeaderWriter, d *Decision) {
 		for _, b := range [2]*[]byte{&pol, &state} {
 			*b = append(append(append(*b, name...), suffix...), '"')
 		}
-		q, w := advertise(r.limit, d.now)
+		q, w := advertise(r.limit, r.At)
 		pol = strconv.AppendInt(append(pol, ";q="...), q, 10)
 		if r.inflight() {
 			pol = append(pol, `;qu="concurrent-requests"`...)

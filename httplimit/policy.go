@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
-	"github.com/redlimit/redlimit/internal/clock"
 	"github.com/redlimit/redlimit/internal/keyspace"
 	"github.com/redlimit/redlimit/internal/observe"
 )
@@ -89,7 +88,6 @@ func (p *Policy) decideRequest(r Request, n int, inHandler bool) Decision {
 		}
 	}
 	d.Latency = time.Since(start)
-	d.now = clock.Of(p.limiter)() // the headers': redlimittest's Advance moves it
 	if d.Outcome == OutcomeAllowed && d.Result.Delay > 0 && !p.dryRun {
 		if err := sleep(d.ctx, d.Result.Delay); err != nil {
 			d.Outcome, d.Err = OutcomeCanceled, err

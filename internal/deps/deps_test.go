@@ -37,7 +37,6 @@ var packages = []struct {
 	{"core", ".", nil, nil},
 	{"internal/inspect", ".", nil, nil},
 	{"internal/observe", ".", nil, nil},
-	{"internal/clock", ".", nil, nil},
 	{"internal/keyspace", ".", nil, nil},
 	{"httplimit", ".", nil, []string{"core", "internal/keyspace"}},
 	{"nethttplimit", ".", nil, []string{"core", "httplimit", "internal/keyspace"}},
@@ -69,7 +68,7 @@ var envoyDeps = []string{"github.com/envoyproxy/", "google.golang.org/grpc", "go
 // learns who calls it (a Policy, a Transport), without an exported API
 // (standard library and go-redis only, checked above): whatever links
 // core links them.
-var coreHooks = []string{"internal/inspect", "internal/observe", "internal/clock"}
+var coreHooks = []string{"internal/inspect", "internal/observe"}
 
 func TestDependencies(t *testing.T) {
 	for _, tt := range packages {
