@@ -565,7 +565,7 @@ func TestCountIf(t *testing.T) {
 	} {
 		t.Run(limit.Algorithm.String(), func(t *testing.T) {
 			_, _, l := mini(t)
-			p := mustNew(t, Config{Limiter: l, Limit: limit, CountIf: CountFailed})
+			p := mustNew(t, Config{Limiter: l, Limit: limit, CountIf: countFailed})
 			serve := func(status int) Outcome {
 				d := p.testDecide(from("192.0.2.1"))
 				if d.Proceed() && d.wantsFinish() {
@@ -592,7 +592,7 @@ func TestCountIf(t *testing.T) {
 	// 20 concurrent logins, all failing, under 5 per minute: at most 5 reach
 	// the handler, however they interleave.
 	_, _, l := mini(t)
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(5), CountIf: CountFailed})
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(5), CountIf: countFailed})
 	var mu sync.Mutex
 	reached := 0
 	var wg sync.WaitGroup
