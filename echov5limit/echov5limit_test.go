@@ -40,7 +40,7 @@ func TestToMiddlewareRefusesNilPolicy(t *testing.T) {
 // renders; DenyWithHTTPError hands a denial to it too, with the headers
 // already set; a handler's error status decides CountIf.
 func TestEchoIdioms(t *testing.T) {
-	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: httplimit.CountFailed})
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: func(status int) bool { return status >= 400 }})
 	errNoUser := errors.New("no user")
 	var extractorErr error
 	mw, err := Config{

@@ -46,7 +46,7 @@ func TestNewPanicsWithoutPolicy(t *testing.T) {
 // empty key is refused, and a *fiber.Error returned by the handler decides
 // CountIf.
 func TestFiberIdioms(t *testing.T) {
-	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: httplimit.CountFailed, Key: KeyByLocals("user")})
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: func(status int) bool { return status >= 400 }, Key: KeyByLocals("user")})
 	app := fiber.New(fiber.Config{DisableStartupMessage: true})
 	app.Use(func(c *fiber.Ctx) error {
 		if u := c.Get("X-User"); u != "" {

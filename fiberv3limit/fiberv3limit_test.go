@@ -44,7 +44,7 @@ func TestNewPanicsWithoutPolicy(t *testing.T) {
 // TestFiberIdioms: KeyByLocals keys from the fiber.Ctx, an empty key is
 // refused, and a *fiber.Error returned by the handler decides CountIf.
 func TestFiberIdioms(t *testing.T) {
-	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: httplimit.CountFailed, Key: KeyByLocals("user")})
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: func(status int) bool { return status >= 400 }, Key: KeyByLocals("user")})
 	app := fiber.New()
 	app.Use(func(c fiber.Ctx) error {
 		if u := c.Get("X-User"); u != "" {

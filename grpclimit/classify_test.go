@@ -17,6 +17,7 @@ import (
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/grpclimit"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/observe"
 	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/nethttplimit"
 )
@@ -141,8 +142,8 @@ func TestErrorsReportedAlike(t *testing.T) {
 				}
 				decided := func(layer string) {
 					t.Helper()
-					if d := obs.get(); d.Outcome != outcome || d.RedisFault() != f.fault {
-						t.Errorf("%s: %v, RedisFault %v (%v); want %v, %v", layer, d.Outcome, d.RedisFault(), d.Err, outcome, f.fault)
+					if d := obs.get(); d.Outcome != outcome || observe.RedisFault(d.Degraded) != f.fault {
+						t.Errorf("%s: %v, RedisFault %v (%v); want %v, %v", layer, d.Outcome, observe.RedisFault(d.Degraded), d.Err, outcome, f.fault)
 					}
 				}
 

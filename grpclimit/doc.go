@@ -64,8 +64,8 @@
 // the HTTP status the call's code stands for: OK 200, InvalidArgument 400,
 // Unauthenticated 401, PermissionDenied 403, NotFound 404,
 // ResourceExhausted 429, Unavailable 503, DeadlineExceeded 504, any other
-// code (or a panic) 500. So httplimit.CountFailed counts the calls that
-// fail. The call's answer then waits for that last Redis round trip
+// code (or a panic) 500. So a CountIf of status >= 400 counts the calls
+// that fail. The call's answer then waits for that last Redis round trip
 // (bounded by the Limiter's timeout), so that a client that calls again
 // at once finds its InFlight permit given back. A stream is decided once,
 // when it opens, and holds an InFlight permit until its handler returns.

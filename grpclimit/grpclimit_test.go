@@ -392,7 +392,7 @@ func TestSettleHugeReport(t *testing.T) {
 // call counts; a panic counts as 500.
 func TestCountIf(t *testing.T) {
 	b := newMini(t, timeout)
-	p := b.policy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: httplimit.CountFailed})
+	p := b.policy(t, httplimit.Config{Limit: core.PerMinute(2), CountIf: func(status int) bool { return status >= 400 }})
 	hs := &probe{check: func(ctx context.Context, service string) error {
 		switch service {
 		case "missing":

@@ -99,8 +99,8 @@ type Config struct {
 	Cost func(Request) int
 
 	// CountIf, if set, counts only the requests whose response status it
-	// reports true for: CountFailed counts failed logins, so a brute force
-	// is limited and users who log in are not. A request still needs a unit
+	// reports true for: status >= 400 counts failed logins, so a brute
+	// force is limited and users who log in are not. A request still needs a unit
 	// free to proceed, and takes it; when the handler's status does not
 	// count, the unit is given back (Limiter.Refund). So concurrent
 	// requests never pass beyond the limit: the only error is on the strict
@@ -182,10 +182,6 @@ type Scope struct {
 	// Required.
 	Limit core.Limit
 }
-
-// CountFailed is a Config.CountIf that counts the requests that failed
-// (status 400 and above): failed logins, say.
-func CountFailed(status int) bool { return status >= 400 }
 
 // defaultLimit is Config.Limit's default.
 var defaultLimit = core.PerSecond(10)

@@ -84,7 +84,7 @@ func TestCountIfBankingAttack(t *testing.T) {
 		for _, cfg := range configs {
 			t.Run(limit.Algorithm.String()+"/"+cfg.name, func(t *testing.T) {
 				rd := redlimittest.Start(t)
-				c := Config{Limiter: rd.NewLimiter(), Limit: limit, CountIf: CountFailed}
+				c := Config{Limiter: rd.NewLimiter(), Limit: limit, CountIf: countFailed}
 				cfg.edit(&c)
 				p := mustNew(t, c)
 
@@ -134,7 +134,7 @@ func TestCountIfRefundInItsWindowFreesTheUnit(t *testing.T) {
 	} {
 		t.Run(limit.Algorithm.String(), func(t *testing.T) {
 			rd := redlimittest.Start(t)
-			p := mustNew(t, Config{Limiter: rd.NewLimiter(), Limit: limit, CountIf: CountFailed})
+			p := mustNew(t, Config{Limiter: rd.NewLimiter(), Limit: limit, CountIf: countFailed})
 			if got := concurrently(p, 10, http.StatusOK); got != 10 {
 				t.Fatalf("10 concurrent successes: %d proceeded, want 10", got)
 			}

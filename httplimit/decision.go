@@ -79,8 +79,9 @@ type Decision struct {
 	// key. When several refuse, it is the one Result reports.
 	RefusedBy string
 	// Degraded says why the decision was made without Redis, for the
-	// metrics: "fallback", "breaker", "fail_open" or "fail_closed" (see
-	// docs/operations.md); "" when Redis decided.
+	// metrics: "fallback" (the local fallback decided), or "breaker",
+	// "fail_open" or "fail_closed" (Redis failed: what a metric of Redis
+	// errors counts; see docs/operations.md); "" when Redis decided.
 	Degraded string
 
 	policy    *Policy
@@ -105,11 +106,11 @@ type layerResult struct {
 
 func (r layerResult) inflight() bool { return shapeOf(r.limit.Algorithm).permits }
 
-// RedisFault reports a Limiter failure that was Redis' (an error, a
+// redisFault reports a Limiter failure that was Redis' (an error, a
 // timeout, an open circuit: d.Err matches core.ErrUnavailable), not the
 // request's nor the caller's (a cost or Limit that can never pass, a
-// closed Limiter): what a metric of Redis errors counts.
-func (d *Decision) RedisFault() bool {
+// closed Limiter).
+func (d *Decision) redisFault() bool {
 	return (d.Outcome == OutcomeFailedOpen || d.Outcome == OutcomeFailedClosed) && errors.Is(d.Err, core.ErrUnavailable)
 }
 
@@ -274,11 +275,9 @@ func (d *Decision) Body() []byte {
 	return []byte("{\"error\":\"request canceled\"}\n")
 }
 
-// Context is the context of the request decided, for an Observer that
-// records the decision in the request's trace; context.Background() for
-// a Decision made by hand. It may have ended by the time the Observer
-// runs (OutcomeCanceled).
-func (d *Decision) Context() context.Context {
+// context is the context of the request decided (observe.ContextOf). It
+// may have ended by the time the Observer runs (OutcomeCanceled).
+func (d *Decision) context() context.Context {
 	if d.ctx == nil {
 		return context.Background()
 	}

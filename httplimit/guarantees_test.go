@@ -305,7 +305,7 @@ func TestCountIfWithSettle(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, l := mini(t)
 			p := mustNew(t, Config{Limiter: l, Limit: limit, Scopes: []Scope{{Name: "global", Limit: global}}, Cost: func(Request) int { return 500 },
-				Settle: true, CountIf: CountFailed})
+				Settle: true, CountIf: countFailed})
 			settled(t, p, "192.0.2.1", tt.status, func(ctx context.Context) {
 				if tt.report >= 0 && !p.ReportCost(ctx, tt.report) {
 					t.Error("ReportCost returned false")

@@ -142,3 +142,6 @@ func (p *Policy) testDecide(r Request) Decision { return p.decideRequest(r, 0, f
 
 // testCheck is Check's decision, without writing headers.
 func (p *Policy) testCheck(r Request, n int) Decision { return p.decideRequest(r, n, true) }
+
+// countFailed counts the requests that failed: failed logins, say.
+func countFailed(status int) bool { return status >= 400 }

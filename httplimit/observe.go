@@ -45,13 +45,21 @@ func checkObservers(obs []Observer) error {
 	return nil
 }
 
-// DecisionOf is the Decision of a call a core.Limiter made outside any
-// Policy (see core.Limiter.Observe), for an Observer: Policy is the
-// caller's Name, Key the first Rule's, Outcome allowed or denied (a Wait's deadline too near
-// included), failed_closed when the call failed, canceled when ctx ended
-// first; Latency is the call's, without a Wait's sleeps. It reports false
-// for a call that decides no admission: Peek, Refund, Settle, Renew.
-func DecisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
+func init() {
+	observe.SetDecisions(observe.Decisions[Decision, core.Observation]{
+		Of:      decisionOf,
+		Context: func(d Decision) context.Context { return d.context() },
+	})
+}
+
+// decisionOf is observe.Decisions.Of: the Decision of a call a core.Limiter
+// made outside any Policy (see core.Limiter.Observe). Policy is the
+// caller's Name, Key the first Rule's, Outcome allowed or denied (a Wait's
+// deadline too near included), failed_closed when the call failed,
+// canceled when ctx ended first; Latency is the call's, without a Wait's
+// sleeps. It reports false for a call that decides no admission: Peek,
+// Refund, Settle, Renew.
+func decisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
 	switch o.Verb {
 	case "allow", "allow_at_most", "wait":
 	default:
@@ -106,7 +114,7 @@ func degraded(d *Decision) string {
 		return degradedFailClosed // FailClosed refuses what the fallback decided
 	case d.Result.Fallback:
 		return degradedFallback
-	case !d.RedisFault():
+	case !d.redisFault():
 		return ""
 	case errors.Is(d.Err, core.ErrCircuitOpen):
 		return degradedBreaker

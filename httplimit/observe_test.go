@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -54,7 +55,7 @@ func TestDecisionOf(t *testing.T) {
 			if ctx == nil {
 				ctx = context.Background()
 			}
-			d, ok := DecisionOf(ctx, tt.o)
+			d, ok := decisionOf(ctx, tt.o)
 			if ok != tt.decides {
 				t.Fatalf("DecisionOf: %v, want %v", ok, tt.decides)
 			}
@@ -62,9 +63,9 @@ func TestDecisionOf(t *testing.T) {
 				return
 			}
 			if d.Outcome != tt.outcome || d.RefusedBy != tt.by || d.Limit != tt.limit || d.NearLimit() != tt.near ||
-				d.RedisFault() != tt.fault || d.Policy != tt.o.Name || d.Context() != ctx || d.Err != tt.o.Err {
+				d.redisFault() != tt.fault || observe.RedisFault(d.Degraded) != tt.fault || d.Policy != tt.o.Name || d.context() != ctx || d.Err != tt.o.Err {
 				t.Errorf("Decision %+v (near %v, fault %v); want outcome %v, refused by %q, limit %v, near %v, fault %v",
-					d, d.NearLimit(), d.RedisFault(), tt.outcome, tt.by, tt.limit, tt.near, tt.fault)
+					d, d.NearLimit(), d.redisFault(), tt.outcome, tt.by, tt.limit, tt.near, tt.fault)
 			}
 		})
 	}

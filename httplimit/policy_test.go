@@ -353,8 +353,8 @@ func TestInvalidCostFailsClosed(t *testing.T) {
 			if d.Outcome != OutcomeFailedClosed || d.Proceed() || d.Status() != http.StatusServiceUnavailable {
 				t.Errorf("outcome %v, Proceed %v, Status %d; want failed closed, not proceeding, 503", d.Outcome, d.Proceed(), d.Status())
 			}
-			if !errors.Is(d.Err, tt.wantErr) || d.RedisFault() {
-				t.Errorf("Err %v, RedisFault %v; want %v, not a Redis fault", d.Err, d.RedisFault(), tt.wantErr)
+			if !errors.Is(d.Err, tt.wantErr) || d.redisFault() {
+				t.Errorf("Err %v, RedisFault %v; want %v, not a Redis fault", d.Err, d.redisFault(), tt.wantErr)
 			}
 			if h.Get("X-RateLimit-Limit") != "" {
 				t.Errorf("headers %v: want no rate-limit headers on a failure", h)
@@ -397,9 +397,9 @@ func TestUnkeyedRefused(t *testing.T) {
 			p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(1), Key: tt.key, Observers: []Observer{&obs}, Cost: cost, LimitFunc: limitFunc})
 			for range 3 {
 				d, h := decide(p, tt.req)
-				if d.Outcome != OutcomeNoKey || d.Proceed() || d.Status() != http.StatusBadRequest || d.RedisFault() {
+				if d.Outcome != OutcomeNoKey || d.Proceed() || d.Status() != http.StatusBadRequest || d.redisFault() {
 					t.Fatalf("%v, Proceed %v, Status %d, RedisFault %v (err %v); want no_key, refused with 400",
-						d.Outcome, d.Proceed(), d.Status(), d.RedisFault(), d.Err)
+						d.Outcome, d.Proceed(), d.Status(), d.redisFault(), d.Err)
 				}
 				if got, want := string(d.Body()), "{\"error\":\"missing rate limit key\"}\n"; got != want {
 					t.Errorf("body %q, want %q", got, want)
@@ -499,8 +499,8 @@ func TestRedisFault(t *testing.T) {
 		t.Fatalf("observed %d decisions, want %d", len(obs.decisions), len(want))
 	}
 	for i, w := range want {
-		if d := obs.decisions[i]; d.Outcome != w.outcome || d.RedisFault() != w.fault || d.Policy != "http" {
-			t.Errorf("decision %d: %v, RedisFault %v (err %v), policy %q; want %v, %v", i, d.Outcome, d.RedisFault(), d.Err, d.Policy, w.outcome, w.fault)
+		if d := obs.decisions[i]; d.Outcome != w.outcome || d.redisFault() != w.fault || d.Policy != "http" {
+			t.Errorf("decision %d: %v, RedisFault %v (err %v), policy %q; want %v, %v", i, d.Outcome, d.redisFault(), d.Err, d.Policy, w.outcome, w.fault)
 		}
 	}
 }
@@ -561,7 +561,7 @@ func TestCountIf(t *testing.T) {
 	} {
 		t.Run(limit.Algorithm.String(), func(t *testing.T) {
 			_, _, l := mini(t)
-			p := mustNew(t, Config{Limiter: l, Limit: limit, CountIf: CountFailed})
+			p := mustNew(t, Config{Limiter: l, Limit: limit, CountIf: countFailed})
 			serve := func(status int) Outcome {
 				d := p.testDecide(from("192.0.2.1"))
 				if d.Proceed() && d.wantsFinish() {
@@ -588,7 +588,7 @@ func TestCountIf(t *testing.T) {
 	// 20 concurrent logins, all failing, under 5 per minute: at most 5 reach
 	// the handler, however they interleave.
 	_, _, l := mini(t)
-	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(5), CountIf: CountFailed})
+	p := mustNew(t, Config{Limiter: l, Limit: core.PerMinute(5), CountIf: countFailed})
 	var mu sync.Mutex
 	reached := 0
 	var wg sync.WaitGroup

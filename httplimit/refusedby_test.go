@@ -154,10 +154,10 @@ func TestDecisionContext(t *testing.T) {
 	r := from("192.0.2.1")
 	r.ctx = context.WithValue(t.Context(), ctxKey{}, "the request's")
 	p.testDecide(r)
-	if got := obs.decisions[0].Context().Value(ctxKey{}); got != "the request's" {
+	if got := obs.decisions[0].context().Value(ctxKey{}); got != "the request's" {
 		t.Errorf("the Observer's Decision.Context() carries %v, want the request's context", got)
 	}
-	if ctx := (&Decision{}).Context(); ctx == nil {
+	if ctx := (&Decision{}).context(); ctx == nil {
 		t.Error("a Decision made by hand has a nil Context")
 	}
 }

@@ -127,7 +127,7 @@ func ExampleReset() {
 		Limiter: limiter,
 		Name:    "login",
 		Limit:   core.PerMinute(3),
-		CountIf: httplimit.CountFailed,
+		CountIf: func(status int) bool { return status >= 400 },
 	})
 	if err != nil {
 		panic(err)

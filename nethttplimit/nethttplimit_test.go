@@ -83,7 +83,7 @@ func TestKeyByContextValue(t *testing.T) {
 // TestStatusWriterKeepsController: counting by status wraps the writer,
 // and http.ResponseController still reaches Flush through it.
 func TestStatusWriterKeepsController(t *testing.T) {
-	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(5), CountIf: httplimit.CountFailed})
+	p := newPolicy(t, httplimit.Config{Limit: core.PerMinute(5), CountIf: func(status int) bool { return status >= 400 }})
 	var flushErr error
 	h := New(p)(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusAccepted)

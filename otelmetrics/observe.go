@@ -9,6 +9,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Observe implements httplimit.Observer: it records d.
@@ -36,7 +37,7 @@ func (o *Observer) Observe(d httplimit.Decision) {
 	} else {
 		o.observeNewer(ctx, &d)
 	}
-	if d.RedisFault() {
+	if observe.RedisFault(d.Degraded) {
 		o.redisErrors.Add(ctx, 1, p.policy...)
 	}
 	if d.Result.Cached {
@@ -71,7 +72,7 @@ func (o *Observer) observeNewer(ctx context.Context, d *httplimit.Decision) {
 // (Refund, Settle, Renew, Peek), a Redis fault as a Redis error, and the
 // call as a span of its own (WithTracerProvider).
 func (o *Observer) observeCall(ctx context.Context, c core.Observation) {
-	if d, ok := httplimit.DecisionOf(ctx, c); ok {
+	if d, ok := decisions.Of(ctx, c); ok {
 		o.Observe(d)
 		return
 	}
@@ -82,3 +83,7 @@ func (o *Observer) observeCall(ctx context.Context, c core.Observation) {
 		o.tracing.recordCall(ctx, &c)
 	}
 }
+
+// decisions are httplimit's hooks (set at its init, before this package's
+// variables).
+var decisions = observe.DecisionsOf[httplimit.Decision, core.Observation]()

@@ -40,7 +40,7 @@ const (
 
 // WithTracerProvider records each decision as a span of its own,
 // "redlimit.decide", made by a tracer of tp. The span is a child of the
-// request's span (httplimit.Decision.Context), from when the decision
+// request's span (the request's context), from when the decision
 // started to when the Observer is told, after any LeakyBucket wait. Its
 // attributes (the policy, algorithm, outcome, which limit refused, whether
 // it failed open, was cached, leased or decided by the fallback, its latency
@@ -55,7 +55,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithRequestSpan records each decision as attributes of the request's own
 // span, and makes no span of its own. The attributes are those
 // WithTracerProvider lists; the span is trace.SpanFromContext of
-// httplimit.Decision.Context, as a tracing middleware such as otelhttp makes
+// the request's context, as a tracing middleware such as otelhttp makes
 // it: a decision then costs a trace nothing but its attributes. A request
 // without a recording span gets nothing. The last of WithTracerProvider and
 // WithRequestSpan wins. Default: no attributes.
@@ -92,7 +92,7 @@ func newTracing(cfg config) *tracing {
 
 // record puts d in its request's trace.
 func (t *tracing) record(d *httplimit.Decision) {
-	ctx := d.Context()
+	ctx := decisions.Context(*d)
 	if t.tracer == nil {
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetAttributes(t.attributes(d)...)

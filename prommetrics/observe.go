@@ -6,6 +6,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // Observe implements httplimit.Observer: it counts d.
@@ -22,7 +23,7 @@ func (c *Collector) Observe(d httplimit.Decision) {
 		}
 	}
 	c.latency(p, a).Observe(d.Latency.Seconds())
-	if d.RedisFault() {
+	if observe.RedisFault(d.Degraded) {
 		p.redisErrors.Inc()
 	}
 	if d.Result.Cached {
@@ -37,7 +38,7 @@ func (c *Collector) Observe(d httplimit.Decision) {
 // any Policy: a decision as Observe counts a Policy's; a Redis fault of
 // the other calls (Refund, Settle, Renew, Peek) as a Redis error.
 func (c *Collector) observeCall(ctx context.Context, o core.Observation) {
-	if d, ok := httplimit.DecisionOf(ctx, o); ok {
+	if d, ok := decisions.Of(ctx, o); ok {
 		c.Observe(d)
 		return
 	}
@@ -45,3 +46,7 @@ func (c *Collector) observeCall(ctx context.Context, o core.Observation) {
 		c.policy(o.Name).redisErrors.Inc()
 	}
 }
+
+// decisions are httplimit's hooks (set at its init, before this package's
+// variables).
+var decisions = observe.DecisionsOf[httplimit.Decision, core.Observation]()

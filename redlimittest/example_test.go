@@ -21,7 +21,7 @@ func newLoginHandler(limiter *core.Limiter) (http.Handler, error) {
 		Limiter:    limiter,
 		Name:       "login",
 		Limit:      core.PerMinute(3),
-		CountIf:    httplimit.CountFailed, // a good login gives its unit back
+		CountIf:    func(status int) bool { return status >= 400 }, // a good login gives its unit back
 		FailClosed: true,
 	})
 	if err != nil {

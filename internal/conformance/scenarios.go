@@ -460,7 +460,7 @@ var Scenarios = []Scenario{
 	{
 		// Only the failed logins (401) count: a success gives its unit back.
 		Name:    "count_failed_only",
-		Configs: one(cfg(httplimit.Config{Limit: perMinute(2), CountIf: httplimit.CountFailed})),
+		Configs: one(cfg(httplimit.Config{Limit: perMinute(2), CountIf: countFailed})),
 		Steps: []Step{
 			{Want: allowed("2", "1", 30*time.Second)},
 			{Want: allowed("2", "1", 30*time.Second)},
@@ -594,7 +594,7 @@ var scenarios2 = []Scenario{
 		// A Limit from LimitFunc that is a sliding window gives a
 		// successful login's unit back, as every algorithm does.
 		Name: "count_failed_with_limit_func_sliding_window",
-		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(100), CountIf: httplimit.CountFailed},
+		Configs: one(Config{Config: httplimit.Config{Limit: perMinute(100), CountIf: countFailed},
 			LimitFunc: func(Req) (core.Limit, bool) {
 				return core.Limit{Algorithm: core.SlidingWindow, Rate: 1, Period: time.Minute}, true
 			}}),
@@ -697,3 +697,6 @@ func (sc Scenario) stops() bool {
 	}
 	return false
 }
+
+// countFailed counts the requests that failed: failed logins, say.
+func countFailed(status int) bool { return status >= 400 }

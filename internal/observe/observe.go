@@ -48,3 +48,36 @@ var Outcomes = []string{"allowed", "denied", "failed_open", "failed_closed", "ca
 // (core.WithLogger), nil when logging is off: the packages built on core
 // log through it, so that one setting covers them. Set by package core.
 var Logger = func(limiter any) *slog.Logger { return nil }
+
+// Decisions are httplimit's hooks for the metrics packages, for D an
+// httplimit.Decision and O a core.Observation, which this package cannot
+// name. Set by package httplimit (SetDecisions), read with DecisionsOf.
+type Decisions[D, O any] struct {
+	// Of is the Decision of o, a call a Limiter made outside any Policy,
+	// and whether the call decided an admission (Peek, Refund, Settle and
+	// Renew do not): how the metrics count such calls as they count a
+	// Policy's decisions.
+	Of func(ctx context.Context, o O) (D, bool)
+	// Context is the context of the request d decided, for its trace.
+	// (d by value: a pointer would move every Observer's Decision to the
+	// heap.)
+	Context func(d D) context.Context
+}
+
+var decisions any
+
+// SetDecisions sets the hooks DecisionsOf returns.
+func SetDecisions[D, O any](h Decisions[D, O]) { decisions = h }
+
+// DecisionsOf returns the hooks httplimit set.
+func DecisionsOf[D, O any]() Decisions[D, O] {
+	h, _ := decisions.(Decisions[D, O])
+	return h
+}
+
+// RedisFault reports whether a Decision's Degraded reason is a failure of
+// Redis' (an error, a timeout, an open circuit), not the local fallback
+// nor a decision of Redis': what a metric of Redis errors counts.
+func RedisFault(degraded string) bool {
+	return degraded == "breaker" || degraded == "fail_open" || degraded == "fail_closed"
+}
