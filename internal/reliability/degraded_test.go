@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,7 +95,10 @@ func TestFreshInstanceDecidedByFallback(t *testing.T) {
 // TestDegradedSweep backs the bounds of docs/limits.md ("The local
 // fallback") against real faults: instances x rates x algorithms x fault
 // (down: killed; paused: SIGSTOP, every call times out; slow: CLIENT PAUSE
-// beyond the timeout). Each instance is a Limiter with default settings
+// beyond the timeout; dropped: every connection reset once a decision's
+// script has reached Redis, before its answer, the worst instant of a
+// failover or a cut link: Redis takes the units, and the fallback decides
+// the request as if it had not). Each instance is a Limiter with default settings
 // but n (WithLocalFallback(n, 1024)); 16 goroutines per instance ask for
 // fresh keys, 4 x max(Rate, n) requests each, while the fault lasts. The
 // fleet admits at most max(Rate, n) per key (an hour's Period: nothing
@@ -102,13 +106,19 @@ func TestFreshInstanceDecidedByFallback(t *testing.T) {
 // never timings.
 func TestDegradedSweep(t *testing.T) {
 	algorithms := core.Algorithms()
-	for _, fault := range []string{"down", "paused", "slow"} {
+	for _, fault := range []string{"down", "paused", "slow", "dropped"} {
 		for _, n := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%s/%d instances", fault, n), func(t *testing.T) {
 				s := redistest.StartServer(t)
+				addr := s.Addr()
+				var proxy *linkProxy
+				if fault == "dropped" {
+					proxy = startProxy(t, addr)
+					addr = proxy.Addr()
+				}
 				var fleet []*core.Limiter
 				for range n {
-					rdb := s.Client(t, func(o *redis.Options) { o.MaxRetries = -1; o.ContextTimeoutEnabled = true })
+					rdb := s.Client(t, func(o *redis.Options) { o.Addr = addr; o.MaxRetries = -1; o.ContextTimeoutEnabled = true })
 					l, err := core.New(rdb, core.WithLogger(nil), core.WithLocalFallback(n, 1024))
 					if err != nil {
 						t.Fatal(err)
@@ -116,7 +126,7 @@ func TestDegradedSweep(t *testing.T) {
 					t.Cleanup(func() { _ = l.Close() })
 					fleet = append(fleet, l)
 				}
-				heal := injure(t, s, fault)
+				heal := injure(t, s, proxy, fault)
 				defer heal()
 				for _, rate := range []int{1, 2*n + 1} {
 					for _, a := range algorithms {
@@ -128,26 +138,43 @@ func TestDegradedSweep(t *testing.T) {
 						}
 					}
 				}
+				if fault == "dropped" && heal() == 0 {
+					t.Errorf("no decision reached Redis before its connection was reset: the fault was not at its worst instant")
+				}
 			})
 		}
 	}
 }
 
-// injure starts the fault on s and returns what ends it.
-func injure(t *testing.T, s *redistest.Server, fault string) (heal func()) {
+// injure starts the fault on s (behind proxy, for "dropped") and returns
+// what ends it, which reports how many decisions reached Redis and lost
+// their answer.
+func injure(t *testing.T, s *redistest.Server, proxy *linkProxy, fault string) (heal func() int) {
 	switch fault {
 	case "down":
 		s.Kill()
-		return func() {}
+		return func() int { return 0 }
 	case "paused":
 		s.Pause()
-		return s.Resume
+		return func() int { s.Resume(); return 0 }
+	case "dropped":
+		var resets atomic.Int64
+		reset := func(b []byte) bool {
+			low := strings.ToLower(string(b))
+			if strings.Contains(low, "fcall") || strings.Contains(low, "evalsha") {
+				resets.Add(1)
+				return true
+			}
+			return false
+		}
+		proxy.reset.Store(&reset)
+		return func() int { proxy.reset.Store(nil); return int(resets.Load()) }
 	}
 	admin := s.Admin(t)
 	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", 60000, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	return func() { _ = admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err() }
+	return func() int { _ = admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); return 0 }
 }
 
 // admitted sends calls requests of rule to each instance of fleet from

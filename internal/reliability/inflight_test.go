@@ -38,6 +38,11 @@ type linkProxy struct {
 	// before and after, if set, see each chunk forwarded (toServer: from
 	// the client), before it waits for the link and after it was written.
 	before, after atomic.Pointer[func(toServer bool, b []byte)]
+	// reset, if set, sees each chunk for the server, and when it reports
+	// true closes the client's connection, then sends the chunk on and
+	// closes the server's: the command reaches Redis, and its reply never
+	// reaches the client.
+	reset atomic.Pointer[func(b []byte) bool]
 }
 
 func startProxy(t testing.TB, target string) *linkProxy {
@@ -103,7 +108,12 @@ func (p *linkProxy) pipe(dst, src net.Conn, toServer bool) {
 			up := p.up
 			p.mu.Unlock()
 			<-up
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			reset := false
+			if f := p.reset.Load(); toServer && f != nil && (*f)(buf[:n]) {
+				reset = true
+				_ = src.Close() // first: no reply can reach the client
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil || reset {
 				return
 			}
 			if f := p.after.Load(); f != nil {
