@@ -25,6 +25,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/envoylimit"
+	"github.com/redlimit/redlimit/prommetrics"
 )
 
 const serveUsage = `usage: redlimit serve -redis URL | -redis-cluster ADDRS -config FILE_OR_DIR [flags]
@@ -72,7 +73,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	defer func() { _ = lim.Close() }() // after the servers have drained
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// prommetrics counts the Limiter's decisions too, those its local
+	// fallback made while Redis did not answer among them
+	// (redlimit_degraded_decisions_total{reason="fallback"}), which
+	// envoyproxy/ratelimit's series have no place for.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prommetrics.New(prommetrics.WithLimiter(lim)))
 	cfg.Limiter, cfg.Metrics = lim, reg
 	srv, err := envoylimit.New(cfg)
 	if err != nil {

@@ -179,6 +179,11 @@ func outsideRedisPaused(t *testing.T, bin string) {
 	if admitted < 1 || admitted > 10 { // docs/limits.md: max(Rate, n) per Period, n = 3 here
 		t.Errorf("Redis paused, by default: %d of 12 admitted; want the local fallback's, 1 to 10", admitted)
 	}
+	// Each is counted as the fallback's on /metrics (docs/operations.md,
+	// "Decisions made without Redis"), which alerts read.
+	if got := local.metricSum(t, "redlimit_degraded_decisions_total{", `reason="fallback"`); got < 12 {
+		t.Errorf("Redis paused: /metrics counts %v decisions of the fallback, want the 12", got)
+	}
 	if _, err := envoy.try(request("p", "a=1")); status.Code(err) != codes.Unavailable {
 		t.Errorf("Redis paused, -envoy-failure-mode: %v; want UNAVAILABLE", err)
 	}

@@ -34,6 +34,24 @@ func (s *served) metric(t *testing.T, series string) float64 {
 	return 0
 }
 
+// metricSum adds up the samples of /metrics whose line begins with prefix
+// and holds label.
+func (s *served) metricSum(t *testing.T, prefix, label string) float64 {
+	t.Helper()
+	sum := 0.0
+	for line := range strings.SplitSeq(get(t, "http://"+s.http+"/metrics"), "\n") {
+		if !strings.HasPrefix(line, prefix) || !strings.Contains(line, label) {
+			continue
+		}
+		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		sum += f
+	}
+	return sum
+}
+
 // waitFor waits up to 30 s for cond.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
