@@ -124,7 +124,9 @@ type Config struct {
 
 	// Headers are the rate-limit response fields, a list of styles.
 	// Default (nil): Headers{XRateLimit{}}. An empty Headers{} sends none;
-	// refused requests still carry Retry-After.
+	// refused requests still carry Retry-After. The local fallback's
+	// decisions (core.Result.Fallback) carry none: its Remaining is this
+	// instance's share, not the key's.
 	Headers Headers
 
 	// FailClosed answers 503 with Retry-After: 1 when Redis did not decide
