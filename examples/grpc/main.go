@@ -9,7 +9,8 @@
 //
 // A refused call ends with ResourceExhausted, a google.rpc.RetryInfo
 // detail, and retry-after and x-ratelimit-* trailers; allowed calls carry
-// x-ratelimit-* headers.
+// x-ratelimit-* headers. What the local fallback decides while Redis does
+// not answer (-fail open) carries no x-ratelimit-* fields.
 package main
 
 import (
