@@ -37,6 +37,7 @@ var packages = []struct {
 	{"core", ".", nil, nil},
 	{"internal/inspect", ".", nil, nil},
 	{"internal/observe", ".", nil, nil},
+	{"internal/clock", ".", nil, nil},
 	{"internal/keyspace", ".", nil, nil},
 	{"internal/adapt", ".", nil, nil},
 	{"httplimit", ".", nil, []string{"core", "internal/keyspace", "internal/adapt"}},
@@ -69,7 +70,7 @@ var envoyDeps = []string{"github.com/envoyproxy/", "google.golang.org/grpc", "go
 // learns who calls it (a Policy, a Transport), without an exported API
 // (standard library and go-redis only, checked above): whatever links
 // core links them.
-var coreHooks = []string{"internal/inspect", "internal/observe"}
+var coreHooks = []string{"internal/inspect", "internal/observe", "internal/clock"}
 
 func TestDependencies(t *testing.T) {
 	for _, tt := range packages {
