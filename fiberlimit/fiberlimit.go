@@ -47,13 +47,10 @@ type Config struct {
 	LimitReached func(c *fiber.Ctx, d httplimit.Decision) error
 }
 
-// ConfigDefault is the default config. Policy has no default.
-var ConfigDefault = Config{}
-
 // New creates a new middleware handler. It panics, at start-up, without a
 // Policy.
 func New(config ...Config) fiber.Handler {
-	cfg := ConfigDefault
+	var cfg Config
 	if len(config) > 0 {
 		cfg = config[0]
 	}
