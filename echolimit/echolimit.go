@@ -114,20 +114,14 @@ func status(c echo.Context, err error) int {
 	return http.StatusInternalServerError
 }
 
-// WithConfig returns the middleware of config. It panics, at start-up, for
-// a Config it cannot use; ToMiddleware returns the error instead.
-func WithConfig(config Config) echo.MiddlewareFunc {
-	mw, err := config.ToMiddleware()
+// New returns middleware that limits requests as p says. It panics, at
+// start-up, if p is nil; Config.ToMiddleware returns the error instead.
+func New(p *httplimit.Policy) echo.MiddlewareFunc {
+	mw, err := Config{Policy: p}.ToMiddleware()
 	if err != nil {
 		panic(err)
 	}
 	return mw
-}
-
-// New returns middleware that limits requests as p says. It panics, at
-// start-up, if p is nil.
-func New(p *httplimit.Policy) echo.MiddlewareFunc {
-	return WithConfig(Config{Policy: p})
 }
 
 // DenyWithHTTPError is a Config.DenyHandler that returns an *echo.HTTPError
