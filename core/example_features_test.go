@@ -6,22 +6,28 @@ import (
 	"time"
 	_ "time/tzdata" // the example's time zone, on machines without zoneinfo
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlimit/redlimit/core"
 )
 
-// exampleNow is exampleRedis' standing clock, for the Limiter's own
-// calendar arithmetic (WithClock); in production leave both clocks alone.
-func exampleNow() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }
-
 func ExamplePerMonth() {
-	rdb, stop := exampleRedis()
-	defer stop()
+	// A calendar window is found on the process' clock and held to
+	// Redis' own: this miniredis runs on the real clock, as Redis does.
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
 
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := core.New(rdb, core.WithClock(exampleNow))
+	limiter, err := core.New(rdb)
 	if err != nil {
 		panic(err)
 	}
@@ -38,10 +44,12 @@ func ExamplePerMonth() {
 		fmt.Println("redis failed:", err)
 		return
 	}
-	fmt.Println("allowed:", res.Allowed, "retry at:", exampleNow().Add(res.RetryAfter).In(berlin))
+	now := time.Now().In(berlin)
+	nextMonth := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, berlin)
+	fmt.Println("allowed:", res.Allowed, "retry at the next month in Berlin:", now.Add(res.RetryAfter).Sub(nextMonth).Abs() < time.Second)
 	// Output:
 	// allowed: true remaining: 500
-	// allowed: false retry at: 2026-02-01 00:00:00 +0100 CET
+	// allowed: false retry at the next month in Berlin: true
 }
 
 // A cost known only afterwards, such as the tokens of an LLM completion:

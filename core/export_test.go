@@ -8,3 +8,6 @@ func Waiting(l *Limiter) int {
 	}
 	return queued(l)
 }
+
+// WithClock is withClock, for the tests outside the package.
+var WithClock = withClock

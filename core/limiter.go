@@ -77,7 +77,7 @@ type Limiter struct {
 	health    healthState
 	funcs     functions
 	plans     plans
-	clock     func() time.Time // WithClock
+	clock     func() time.Time // clock.With (withClock)
 	acks      replicaAcks      // WithReplicaAcks
 	observers observers        // see Observe
 	degraded  degradedLog

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/redlimit/redlimit/internal/clock"
 )
 
 // Option configures a Limiter. New reports an invalid one as an error that
@@ -173,16 +175,18 @@ func WithBatching(max int) Option {
 	}
 }
 
-// WithClock sets the application clock the Limiter reads to find the
+func init() { clock.SetWith(withClock) }
+
+// withClock sets the application clock the Limiter reads to find the
 // calendar windows of a Limit with a Calendar (which the scripts then
 // hold to Redis' own clock, within a window either way): for tests that
-// move Redis' clock (redlimittest does), so the two agree. Decisions are
-// timed by Redis alone; the deny cache, leases and the local fallback keep
-// the process' own clock. Default: time.Now.
-func WithClock(now func() time.Time) Option {
+// move Redis' clock (redlimittest does, through clock.With), so the two
+// agree. Decisions are timed by Redis alone; the deny cache, leases and
+// the local fallback keep the process' own clock. Default: time.Now.
+func withClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {
-			c.fail("WithClock: nil clock")
+			c.fail("clock.With: nil clock")
 		}
 		c.clock = now
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/adapt"
 )
 
 // Config configures the middleware, in the shape of Echo's own rate
@@ -58,7 +59,7 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 	}
 	p := config.Policy
 	if f := config.IdentifierExtractor; f != nil {
-		p = p.WithKey(func(r httplimit.Request) (string, error) { return f(Context(r)) })
+		p = adapt.WithKey(p, httplimit.KeyFunc(func(r httplimit.Request) (string, error) { return f(Context(r)) }))
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -113,20 +114,14 @@ func status(c echo.Context, err error) int {
 	return http.StatusInternalServerError
 }
 
-// WithConfig returns the middleware of config. It panics, at start-up, for
-// a Config it cannot use; ToMiddleware returns the error instead.
-func WithConfig(config Config) echo.MiddlewareFunc {
-	mw, err := config.ToMiddleware()
+// New returns middleware that limits requests as p says. It panics, at
+// start-up, if p is nil; Config.ToMiddleware returns the error instead.
+func New(p *httplimit.Policy) echo.MiddlewareFunc {
+	mw, err := Config{Policy: p}.ToMiddleware()
 	if err != nil {
 		panic(err)
 	}
 	return mw
-}
-
-// New returns middleware that limits requests as p says. It panics, at
-// start-up, if p is nil.
-func New(p *httplimit.Policy) echo.MiddlewareFunc {
-	return WithConfig(Config{Policy: p})
 }
 
 // DenyWithHTTPError is a Config.DenyHandler that returns an *echo.HTTPError

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v5"
 
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/adapt"
 )
 
 // Config configures the middleware, in the shape of Echo's own rate
@@ -57,7 +58,7 @@ func (config Config) ToMiddleware() (echo.MiddlewareFunc, error) {
 	}
 	p := config.Policy
 	if f := config.IdentifierExtractor; f != nil {
-		p = p.WithKey(func(r httplimit.Request) (string, error) { return f(Context(r)) })
+		p = adapt.WithKey(p, httplimit.KeyFunc(func(r httplimit.Request) (string, error) { return f(Context(r)) }))
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c *echo.Context) error {

@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v3"
 
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/adapt"
 )
 
 // Config defines the config for the middleware, in the shape of Fiber's
@@ -45,13 +46,10 @@ type Config struct {
 	LimitReached func(c fiber.Ctx, d httplimit.Decision) error
 }
 
-// ConfigDefault is the default config. Policy has no default.
-var ConfigDefault = Config{}
-
 // New creates a new middleware handler. It panics, at start-up, without a
 // Policy.
 func New(config ...Config) fiber.Handler {
-	cfg := ConfigDefault
+	var cfg Config
 	if len(config) > 0 {
 		cfg = config[0]
 	}
@@ -60,7 +58,7 @@ func New(config ...Config) fiber.Handler {
 	}
 	p := cfg.Policy
 	if f := cfg.KeyGenerator; f != nil {
-		p = p.WithKey(func(r httplimit.Request) (string, error) { return f(Ctx(r)), nil })
+		p = adapt.WithKey(p, httplimit.KeyFunc(func(r httplimit.Request) (string, error) { return f(Ctx(r)), nil }))
 	}
 	return func(c fiber.Ctx) error {
 		if cfg.Next != nil && cfg.Next(c) {

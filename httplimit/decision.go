@@ -114,13 +114,13 @@ func (d *Decision) redisFault() bool {
 	return (d.Outcome == OutcomeFailedOpen || d.Outcome == OutcomeFailedClosed) && errors.Is(d.Err, core.ErrUnavailable)
 }
 
-// NearLimit reports whether an admitted request left at most a fifth of
+// nearLimit reports whether an admitted request left at most a fifth of
 // the capacity of the layer Result reports (Remaining 2 of 10 is near, 3
 // is not), as envoy's ratelimit counts near_limit: what operators alert on
-// before clients see 429s. The InFlight permit never counts, nor does a
-// decision of the local fallback, whose Remaining is this instance's
-// share.
-func (d *Decision) NearLimit() bool {
+// before clients see 429s (observe.Decisions.NearLimit). The InFlight
+// permit never counts, nor does a decision of the local fallback, whose
+// Remaining is this instance's share.
+func (d *Decision) nearLimit() bool {
 	capacity := int64(d.capacity)
 	if capacity == 0 {
 		capacity = int64(d.Limit.Capacity()) // a Decision made by hand

@@ -36,7 +36,7 @@ func TestNearLimit(t *testing.T) {
 				if denied := !d.Proceed(); denied != (i+1 == tt.denied) {
 					t.Fatalf("request %d: proceed %v (%v)", i+1, d.Proceed(), d.Outcome)
 				}
-				if got := d.NearLimit(); got != want {
+				if got := d.nearLimit(); got != want {
 					t.Errorf("request %d: Remaining %d, NearLimit() = %v, want %v", i+1, d.Result.Remaining, got, want)
 				}
 			}

@@ -47,8 +47,9 @@ func checkObservers(obs []Observer) error {
 
 func init() {
 	observe.SetDecisions(observe.Decisions[Decision, core.Observation]{
-		Of:      decisionOf,
-		Context: func(d Decision) context.Context { return d.context() },
+		Of:        decisionOf,
+		Context:   func(d Decision) context.Context { return d.context() },
+		NearLimit: func(d Decision) bool { return d.nearLimit() },
 	})
 }
 
@@ -81,7 +82,7 @@ func decisionOf(ctx context.Context, o core.Observation) (Decision, bool) {
 	}
 	d.Degraded = degraded(&d)
 	// Of several Rules, the one Result reports: the first that refused,
-	// else the one with the fewest units left (NearLimit's capacity).
+	// else the one with the fewest units left (nearLimit's capacity).
 	for i, r := range o.Result.Rules {
 		if i >= len(o.Rules) {
 			break

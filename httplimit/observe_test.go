@@ -62,10 +62,10 @@ func TestDecisionOf(t *testing.T) {
 			if !ok {
 				return
 			}
-			if d.Outcome != tt.outcome || d.RefusedBy != tt.by || d.Limit != tt.limit || d.NearLimit() != tt.near ||
+			if d.Outcome != tt.outcome || d.RefusedBy != tt.by || d.Limit != tt.limit || d.nearLimit() != tt.near ||
 				d.redisFault() != tt.fault || observe.RedisFault(d.Degraded) != tt.fault || d.Policy != tt.o.Name || d.context() != ctx || d.Err != tt.o.Err {
 				t.Errorf("Decision %+v (near %v, fault %v); want outcome %v, refused by %q, limit %v, near %v, fault %v",
-					d, d.NearLimit(), d.redisFault(), tt.outcome, tt.by, tt.limit, tt.near, tt.fault)
+					d, d.nearLimit(), d.redisFault(), tt.outcome, tt.by, tt.limit, tt.near, tt.fault)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/adapt"
 	"github.com/redlimit/redlimit/internal/keyspace"
 	"github.com/redlimit/redlimit/internal/observe"
 )
@@ -39,10 +40,10 @@ type Policy struct {
 	losses       *lossLog     // InFlight permits lost while their requests ran
 }
 
-// WithKey returns a copy of p that keys requests with key: for adapters
-// whose framework has a key hook of its own (Fiber's KeyGenerator, Echo's
-// IdentifierExtractor).
-func (p *Policy) WithKey(key KeyFunc) *Policy {
+func init() { adapt.SetWithKey((*Policy).withKey) }
+
+// withKey returns a copy of p that keys requests with key (adapt.WithKey).
+func (p *Policy) withKey(key KeyFunc) *Policy {
 	c := *p
 	c.key = key
 	return &c

@@ -25,7 +25,7 @@ func (o *Observer) Observe(d httplimit.Decision) {
 		}
 		o.duration.Record(ctx, d.Latency.Seconds(), p.duration[a]...)
 		switch {
-		case d.NearLimit():
+		case decisions.NearLimit(d):
 			o.nearLimit.Add(ctx, 1, p.nearLimit[a]...)
 		case d.Outcome == httplimit.OutcomeAllowed && !p.nearSeen[a].Load():
 			// The series at 0 from the first allowed request, to divide by
@@ -62,7 +62,7 @@ func (o *Observer) observeNewer(ctx context.Context, d *httplimit.Decision) {
 	o.decisions.Add(ctx, 1, metric.WithAttributes(attrs...))
 	byAlgorithm := metric.WithAttributes(policyKey.String(d.Policy), algorithmKey.String(a))
 	o.duration.Record(ctx, d.Latency.Seconds(), byAlgorithm)
-	if d.NearLimit() {
+	if decisions.NearLimit(*d) {
 		o.nearLimit.Add(ctx, 1, byAlgorithm)
 	}
 }

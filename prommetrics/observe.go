@@ -18,7 +18,7 @@ func (c *Collector) Observe(d httplimit.Decision) {
 		// Made on the first allowed request, so that the series is there
 		// at 0 to divide by the allowed ones.
 		near := c.near(p, a)
-		if d.NearLimit() {
+		if decisions.NearLimit(d) {
 			near.Inc()
 		}
 	}

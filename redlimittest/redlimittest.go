@@ -25,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/clock"
 )
 
 // Epoch is where the clock of every Redis from Start begins: a fixed
@@ -63,13 +64,13 @@ func (r *Redis) Client() *redis.Client { return r.rdb }
 // (core.WithBreaker(0, 0)), so decisions succeed again as soon as Up is
 // called; a timeout of 5s (core.WithTimeout), since an in-process Lua
 // under -race on a busy machine can be slower than the 50ms a real Redis
-// is given; and r's clock as the application clock (core.WithClock), so
+// is given; and r's clock as the application clock, so
 // calendar Limits find their windows on it. Options given here come after those and override them.
 // An invalid option fails the test.
 func (r *Redis) NewLimiter(opts ...core.Option) *core.Limiter {
 	r.tb.Helper()
 	l, err := core.New(r.rdb, append([]core.Option{core.WithLogger(nil), core.WithBreaker(0, 0), core.WithTimeout(5 * time.Second),
-		core.WithClock(r.Now)}, opts...)...)
+		clock.With[core.Option](r.Now)}, opts...)...)
 	if err != nil {
 		r.tb.Fatalf("redlimittest: %v", err)
 	}

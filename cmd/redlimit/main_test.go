@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/clock"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -216,7 +217,7 @@ func TestUsage(t *testing.T) {
 func TestInspectMini(t *testing.T) {
 	mr, rdb := redistest.Mini(t)
 	ctx := context.Background()
-	l, err := core.New(rdb, core.WithLogger(nil), core.WithClock(func() time.Time { return redistest.Epoch }), core.WithTimeout(5*time.Second))
+	l, err := core.New(rdb, core.WithLogger(nil), clock.With[core.Option](func() time.Time { return redistest.Epoch }), core.WithTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

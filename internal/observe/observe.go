@@ -62,6 +62,9 @@ type Decisions[D, O any] struct {
 	// (d by value: a pointer would move every Observer's Decision to the
 	// heap.)
 	Context func(d D) context.Context
+	// NearLimit reports whether d, admitted, left at most a fifth of its
+	// capacity: what the near_limit metrics count.
+	NearLimit func(d D) bool
 }
 
 var decisions any
