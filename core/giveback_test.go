@@ -134,9 +134,9 @@ func giveBackCase(t *testing.T, l *Limiter, lim Limit, kind string, level, n, us
 		}
 		wait(0)
 		if kind == "refund" {
-			err = l.Refund(ctx, taken, a)
+			err = l.Refund(ctx, taken)
 		} else {
-			_, err = l.Settle(ctx, taken, used, a)
+			_, err = l.Settle(ctx, taken, used)
 		}
 		if err != nil {
 			t.Fatal(err)
