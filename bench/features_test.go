@@ -34,7 +34,7 @@ var features = []feature{
 			if err != nil || !r.Allowed {
 				return false, err
 			}
-			return true, l.Refund(ctx, r, lim.For(key))
+			return true, l.Refund(ctx, r)
 		}},
 	{"settle", "settle: reserve 1, settle at 3", "tb", 2, tokenBucket,
 		func(ctx context.Context, l *core.Limiter, key string, lim core.Limit) (bool, error) {
@@ -42,7 +42,7 @@ var features = []feature{
 			if err != nil || !r.Allowed {
 				return false, err
 			}
-			_, err = l.Settle(ctx, r, 3, lim.For(key))
+			_, err = l.Settle(ctx, r, 3)
 			return true, err
 		}},
 	{"fw", "fixed window (reference)", "", 1,

@@ -114,3 +114,55 @@ func TestLimitChangeCarriesOver(t *testing.T) {
 		}
 	}
 }
+
+// TestPeriodLengthenedBound backs docs/limits.md's "the new, longer
+// window that holds it may admit what the old Limit admitted before the
+// change plus the new Rate" (issue 35 item 6: 5/200ms changed to 5/2s
+// admitted 10 in one aligned 2 s window, where the docs promised no free
+// requests). The old Limit admits 5 in each of three 200 ms windows, the
+// Limit becomes 5/2s mid-window: the aligned 2 s window admits at most
+// 15 + 5, and the next one 5.
+func TestPeriodLengthenedBound(t *testing.T) {
+	ctx := context.Background()
+	mr, _, l := miniLimiter(t)
+	short := Limit{Algorithm: FixedWindow, Rate: 5, Period: 200 * time.Millisecond}
+	long := Limit{Algorithm: FixedWindow, Rate: 5, Period: 2 * time.Second}
+	start := redistest.Epoch.Truncate(2 * time.Second).Add(2 * time.Second)
+	admit := func(at time.Duration, lim Limit) int {
+		redistest.SetTime(mr, start.Add(at))
+		n := 0
+		for range 20 {
+			r, err := l.Allow(ctx, 1, lim.For("k"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Allowed {
+				break
+			}
+			n++
+		}
+		return n
+	}
+	old := 0
+	for _, at := range []time.Duration{50, 250, 450} {
+		old += admit(at*time.Millisecond, short)
+	}
+	if old != 15 {
+		t.Fatalf("the old Limit admitted %d in three windows, want 15", old)
+	}
+	after := 0
+	for _, at := range []time.Duration{500, 650, 1100, 1999} {
+		after += admit(at*time.Millisecond, long)
+	}
+	if after > long.Rate {
+		t.Errorf("after the change, the 2 s window admitted %d on top of the old Limit's %d, want at most %d", after, old, long.Rate)
+	}
+	next := 0
+	for _, at := range []time.Duration{2000, 2500, 3999} {
+		next += admit(at*time.Millisecond, long)
+	}
+	if next != long.Rate {
+		t.Errorf("the next 2 s window admitted %d, want %d", next, long.Rate)
+	}
+	t.Logf("aligned 2 s window: %d under 5/200ms + %d under 5/2s", old, after)
+}

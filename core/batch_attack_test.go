@@ -907,7 +907,7 @@ func mixedStates(t *testing.T, where string, into func(P int64) int64, stagger b
 		// Debts carried from the window before into the batch's (on
 		// miniredis; the real Redis: into the next hour).
 		for _, i := range []int{30, 31} {
-			if _, err := lb.Settle(ctx, core.Result{}, 2*rate-2+i-30, lim.For(key(twin, i))); err != nil {
+			if _, err := lb.Settle(ctx, core.Charge(lim.For(key(twin, i))), 2*rate-2+i-30); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -925,7 +925,7 @@ func mixedStates(t *testing.T, where string, into func(P int64) int64, stagger b
 		case 2:
 			r, err = lb.Allow(ctx, rate, lim.For(k))
 		case 3:
-			r, err = lb.Settle(ctx, core.Result{}, 3*rate+5, lim.For(k))
+			r, err = lb.Settle(ctx, core.Charge(lim.For(k)), 3*rate+5)
 		case 4:
 			r, err = lb.Allow(ctx, 15, fwLimit(20, period).For(k))
 		case 5:
@@ -969,7 +969,7 @@ func mixedStates(t *testing.T, where string, into func(P int64) int64, stagger b
 		case "peek":
 			return l.Peek(ctx, lim.For(k))
 		case "refund":
-			return core.Result{}, l.Refund(ctx, receipts[k], lim.For(k))
+			return core.Result{}, l.Refund(ctx, receipts[k])
 		}
 		return l.Allow(ctx, q.n, lim.For(k))
 	}
@@ -1115,7 +1115,7 @@ func TestBatchAttackRefundBatchedReceipts(t *testing.T) {
 				var callers []func()
 				for _, i := range ids {
 					callers = append(callers, func() {
-						if err := l.Refund(ctx, rs[i], lim.For(name(i))); err != nil {
+						if err := l.Refund(ctx, rs[i]); err != nil {
 							t.Error(err)
 						}
 					})
@@ -1263,14 +1263,14 @@ func accounting(t *testing.T, admin *redis.Client, rate int, stagger bool) {
 				net[k].Add(int64(r.Granted))
 				switch rng.IntN(4) {
 				case 0:
-					if err := l.Refund(ctx, r, rule); err != nil {
+					if err := l.Refund(ctx, r); err != nil {
 						t.Errorf("refund: %v", err)
 						return
 					}
 					net[k].Add(-int64(r.Granted))
 				case 1:
 					used := rng.IntN(r.Granted + 1) // at most what it took: no debt
-					if _, err := l.Settle(ctx, r, used, rule); err != nil {
+					if _, err := l.Settle(ctx, r, used); err != nil {
 						t.Errorf("settle: %v", err)
 						return
 					}
@@ -1606,7 +1606,7 @@ func TestBatchAttackContextValuesReal(t *testing.T) {
 				default:
 					var r core.Result
 					if r, err = c.l.Allow(ctx, 2, lim.For("r")); err == nil {
-						err = c.l.Refund(ctx, r, lim.For("r"))
+						err = c.l.Refund(ctx, r)
 					}
 				}
 				cancel()
@@ -1894,7 +1894,7 @@ func TestBatchAttackProtocolEveryAlgorithm(t *testing.T) {
 				case "atmost":
 					return l.AllowAtMost(ctx, q.n, rule)
 				case "refund":
-					return core.Result{}, l.Refund(ctx, receipts[twin], rule)
+					return core.Result{}, l.Refund(ctx, receipts[twin])
 				}
 				return l.Allow(ctx, q.n, rule)
 			}

@@ -106,7 +106,7 @@ func TestCalendarDebt(t *testing.T) {
 		t.Fatal(taken, err)
 	}
 	// 1 taken, 14 used: January is spent and February starts at 4.
-	if _, err := l.Settle(ctx, taken, 14, lim.For("k")); err != nil {
+	if _, err := l.Settle(ctx, taken, 14); err != nil {
 		t.Fatal(err)
 	}
 	feb := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
@@ -158,7 +158,7 @@ func checkDebt(t *testing.T, l *Limiter, mr *miniredis.Miniredis, set func(time.
 	if err != nil || !taken.Allowed {
 		t.Fatalf("%s: take = %+v, %v", key, taken, err)
 	}
-	if _, err := l.Settle(ctx, taken, (k+1)*lim.Rate, lim.For(key)); err != nil {
+	if _, err := l.Settle(ctx, taken, (k+1)*lim.Rate); err != nil {
 		t.Fatalf("%s: Settle: %v", key, err)
 	}
 	w := windowStarts(lim, at, k+1)
@@ -207,7 +207,7 @@ func TestCalendarDebtOfManyWindows(t *testing.T) {
 		if err != nil || !taken.Allowed {
 			t.Fatal(taken, err)
 		}
-		if _, err := l.Settle(ctx, taken, 1000, lim.For(key)); err != nil {
+		if _, err := l.Settle(ctx, taken, 1000); err != nil {
 			t.Fatal(err)
 		}
 		w := windowStarts(lim, at, 10)

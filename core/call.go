@@ -34,7 +34,7 @@ func (l *Limiter) call(ctx context.Context, pl *plan, keys []string, args []any,
 		// Gave up before its call left (go-redis, seeing the shared
 		// deadline's Done alone, would send it still): no units taken
 		// for a request that will not run (TestBoundCallerLeaves).
-		return nil, l.wrap(ctx, err)
+		return nil, unsent{l.wrap(ctx, err)}
 	}
 	if !l.detach {
 		v, err := l.run(ctx, fn, script, keys, args, once)

@@ -126,10 +126,10 @@ var classifyEntries = []struct {
 		return err
 	}},
 	{"Refund", PerSecond(10), false, true, func(ctx context.Context, l *Limiter, key string, lim Limit, _ int) error {
-		return l.Refund(ctx, Result{Allowed: true, Granted: 1}, lim.For(key))
+		return l.Refund(ctx, receiptFor(l, lim.For(key), 1, 0))
 	}},
 	{"Renew", InFlight(3), false, true, func(ctx context.Context, l *Limiter, key string, lim Limit, _ int) error {
-		_, err := l.Renew(ctx, Result{Allowed: true, Granted: 1}, lim.For(key))
+		_, err := l.Renew(ctx, receiptFor(l, lim.For(key), 1, 0))
 		return err
 	}},
 	{"Allow of two Rules", with(PerMinute(10), FixedWindow), true, true, func(ctx context.Context, l *Limiter, key string, lim Limit, n int) error {
@@ -198,7 +198,7 @@ func TestErrorsClassifiedOnce(t *testing.T) {
 func TestRenewOfARateLimitIsTheCallers(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	ctx := context.Background()
-	_, err := l.Renew(ctx, Result{Allowed: true, Granted: 1}, PerSecond(1).For("k"))
+	_, err := l.Renew(ctx, receiptFor(l, PerSecond(1).For("k"), 1, 0))
 	if !errors.Is(err, ErrInvalidLimit) || redisFault(ctx, err) {
 		t.Errorf("Renew of a rate Limit: %v, redisFault %v; want ErrInvalidLimit, not a Redis fault", err, redisFault(ctx, err))
 	}

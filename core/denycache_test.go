@@ -395,3 +395,36 @@ func TestDenyCacheStaleAfterAnAdmission(t *testing.T) {
 		t.Errorf("AllowN(5) with none left: RetryAfter %v, want Redis' %v", r.RetryAfter, want)
 	}
 }
+
+// TestDenyCacheMissesAnotherInstancesRefund backs WithDenyCache's "what
+// another instance gives back is not seen, so the key may stay denied
+// here until its RetryAfter ends" (issue 35 item 9: the godoc said it
+// never denies what Redis would admit). Instance b refunds a unit of the
+// key a has denied: Redis would admit, a's cache still denies.
+func TestDenyCacheMissesAnotherInstancesRefund(t *testing.T) {
+	ctx := context.Background()
+	_, rdb := redistest.Mini(t)
+	prefix := WithPrefix(opsPrefix(t))
+	a := opsNew(t, rdb, prefix, opsPatient, WithDenyCache(100))
+	b := opsNew(t, rdb, prefix, opsPatient)
+	rule := PerHour(2).For("login")
+	taken, err := b.Allow(ctx, 1, rule)
+	if err != nil || !taken.Allowed {
+		t.Fatal(taken, err)
+	}
+	if r, err := a.Allow(ctx, 1, rule); err != nil || !r.Allowed {
+		t.Fatal(r, err)
+	}
+	if r, err := a.Allow(ctx, 1, rule); err != nil || r.Allowed || r.Cached {
+		t.Fatalf("a's third request: %+v, %v; want denied by Redis", r, err)
+	}
+	if err := b.Refund(ctx, taken); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := b.Peek(ctx, rule); err != nil || !p.Allowed {
+		t.Fatalf("Redis after b's refund: %+v, %v; want it to admit", p, err)
+	}
+	if r, err := a.Allow(ctx, 1, rule); err != nil || r.Allowed || !r.Cached {
+		t.Errorf("a after b's refund: %+v, %v; want denied from its cache", r, err)
+	}
+}

@@ -73,14 +73,15 @@
 // # Using it
 //
 // A Limiter is safe for concurrent use; make one per Redis client and share
-// it. Every verb takes one or more Rules, a key under a Limit
+// it. Every decision takes one or more Rules, a key under a Limit
 // (core.PerSecond(10).For("user:42")), and decides them together, all or
 // nothing: several Limits of one key (10 per second and 1000 per hour),
 // or several keys (a user's and its organisation's). Allow decides and
 // takes; AllowAtMost takes what fits; Peek reports without taking; Refund
 // gives back what a Result took, and Settle charges what a request really
 // cost once it is known (beyond what is left, as a debt later requests
-// wait out); Renew keeps Concurrency permits; Reset forgets a key; Wait
+// wait out); Renew keeps Concurrency permits (these three take the Result
+// alone, which carries its Rules); Reset forgets a key; Wait
 // blocks until admitted. A denial is a Result with Allowed false, never an
 // error: errors are for invalid arguments and Redis failures. Concurrent
 // decisions of one group of keys share script calls (see WithBatching),

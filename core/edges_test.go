@@ -142,7 +142,7 @@ func TestRefundAfterItsWindowGivesNothing(t *testing.T) {
 				t.Fatalf("AllowN(2) = %+v, %v", taken, err)
 			}
 			at(end + tt.late)
-			if err := l.Refund(ctx, taken, tt.lim.For("k")); err != nil {
+			if err := l.Refund(ctx, taken); err != nil {
 				t.Fatal(err)
 			}
 			r, err := l.Peek(ctx, tt.lim.For("k"))
@@ -185,7 +185,7 @@ func TestRefundInItsWindowGivesBack(t *testing.T) {
 			if r, _ := l.Allow(ctx, 1, lim.For("k")); r.Allowed {
 				t.Fatalf("a fourth unit passed: %+v", r)
 			}
-			if err := l.Refund(ctx, taken, lim.For("k")); err != nil {
+			if err := l.Refund(ctx, taken); err != nil {
 				t.Fatal(err)
 			}
 			if r, err := l.Allow(ctx, 3, lim.For("k")); err != nil || !r.Allowed {
@@ -481,7 +481,7 @@ func TestSlidingWindowRefundedLogStaysStrict(t *testing.T) {
 		if err != nil || !r.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, r, err)
 		}
-		if err := l.Refund(ctx, r, lim.For("k")); err != nil {
+		if err := l.Refund(ctx, r); err != nil {
 			t.Fatal(err)
 		}
 	}

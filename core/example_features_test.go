@@ -71,7 +71,7 @@ func ExampleLimiter_Settle() {
 		fmt.Println("redis failed:", err)
 		return
 	}
-	res, err := limiter.Settle(ctx, taken, 1600, budget.For("tenant:acme"))
+	res, err := limiter.Settle(ctx, taken, 1600)
 	if err != nil {
 		fmt.Println("redis failed:", err) // the estimate stands
 		return
@@ -116,7 +116,7 @@ func ExampleInFlight() {
 		}
 	}
 	if len(held) > 0 { // the first job ends
-		if err := limiter.Refund(ctx, held[0], jobs.For("tenant:acme")); err != nil {
+		if err := limiter.Refund(ctx, held[0]); err != nil {
 			fmt.Println("redis failed:", err) // the permit lapses after the Period
 		}
 	}

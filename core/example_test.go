@@ -98,7 +98,7 @@ func ExampleLimiter_AllowAtMost() {
 	}
 	fmt.Println("granted:", res.Granted)
 	sent := 80 // the rest failed before it was sent
-	if _, err := limiter.Settle(ctx, res, sent, limit.For("export-job")); err != nil {
+	if _, err := limiter.Settle(ctx, res, sent); err != nil {
 		fmt.Println("redis failed:", err)
 		return
 	}

@@ -11,3 +11,7 @@ func Waiting(l *Limiter) int {
 
 // WithClock is withClock, for the tests outside the package.
 var WithClock = withClock
+
+// Charge is a Result of rule that took nothing, as a Peek's, without its
+// call: Settle of it charges all of used (tests outside the package).
+func Charge(rule Rule) Result { return Result{rule: rule} }

@@ -571,7 +571,7 @@ func TestFallbackOutageSwitch(t *testing.T) {
 		40+total["spent"], bound)
 	// A fallback receipt's Refund asks nobody (Redis took nothing), and
 	// gives the fallback nothing back.
-	if err := fleet[0].Refund(ctx, receipts["fresh"][0], limit.For("fresh")); err != nil {
+	if err := fleet[0].Refund(ctx, receipts["fresh"][0]); err != nil {
 		t.Errorf("Refund of a fallback receipt with Redis down = %v, want nil", err)
 	}
 	if got, _ := count(fleet[3], "fresh", 1, true); got != 0 {
@@ -590,13 +590,13 @@ func TestFallbackOutageSwitch(t *testing.T) {
 	// own key: another key refuses them).
 	for i := range receipts["fresh"] {
 		l := fleet[i%4]
-		if err := l.Refund(ctx, receipts["fresh"][i], limit.For("fresh")); err != nil {
+		if err := l.Refund(ctx, receipts["fresh"][i]); err != nil {
 			t.Fatalf("Refund of fallback receipt %d: %v", i, err)
 		}
 		if i >= len(receipts["spent"]) {
 			continue // each receipt settled once
 		}
-		if _, err := l.Settle(ctx, receipts["spent"][i], 0, limit.For("spent")); err != nil {
+		if _, err := l.Settle(ctx, receipts["spent"][i], 0); err != nil {
 			t.Fatalf("Settle of fallback receipt %d: %v", i, err)
 		}
 	}

@@ -216,10 +216,10 @@ func TestFallbackShareBelowOneUnitServed(t *testing.T) {
 		if r, err := l.Allow(ctx, 1, InFlight(tc.rate).For(key)); err != nil || r.Allowed || r.RetryAfter <= 0 {
 			t.Errorf("InFlight(%d) beyond %d: %+v, %v; want refused", tc.rate, tc.share, r, err)
 		}
-		if r, err := l.Renew(ctx, held[0], InFlight(tc.rate).For(key)); err != nil || !r.Allowed {
+		if r, err := l.Renew(ctx, held[0]); err != nil || !r.Allowed {
 			t.Errorf("Renew of a fallback permit: %+v, %v; want kept", r, err)
 		}
-		if err := l.Refund(ctx, held[0], InFlight(tc.rate).For(key)); err != nil {
+		if err := l.Refund(ctx, held[0]); err != nil {
 			t.Errorf("Refund of a fallback permit: %v", err)
 		}
 		if r, err := l.Allow(ctx, 1, InFlight(tc.rate).For(key)); err != nil || !r.Allowed {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -103,4 +104,30 @@ func unavailableReply(reply string) bool {
 		}
 	}
 	return false
+}
+
+// unsent is the error of a call that never left: its caller had gone.
+type unsent struct{ error }
+
+func (e unsent) Unwrap() error { return e.error }
+
+// mayHaveRun reports whether a call that failed with err may have run in
+// Redis, so that a retry of its give-back could give back twice. Only an
+// error known to come before the call left says it did not: the caller
+// gone, the circuit open, the Limiter closed, the arguments refused, a
+// refused connection, or a reply that the server cannot serve now.
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	var reply redis.Error
+	var gone unsent
+	switch {
+	case errors.As(err, &gone), errors.Is(err, ErrCircuitOpen), errors.Is(err, ErrClosed),
+		errors.Is(err, ErrInvalidCost), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrEmptyKey):
+		return false
+	case errors.As(err, &op) && op.Op == "dial":
+		return false
+	case errors.As(err, &reply):
+		return !unavailableReply(reply.Error())
+	}
+	return true
 }

@@ -210,7 +210,7 @@ func TestFixedWindowSweep(t *testing.T) {
 								used = taken + rng.Int64N(int64(rate)*int64(1+rng.IntN(40)))
 							}
 							trace = append(trace, fmt.Sprintf("    settle taken %d (window %d) used %d at t=%d", taken, rc.w, used, now))
-							if _, err := l.Settle(ctx, rc.r, int(used), lim.For("k")); err != nil {
+							if _, err := l.Settle(ctx, rc.r, int(used)); err != nil {
 								fatalf("step %d: Settle: %v", step, err)
 							}
 							if used < taken {
@@ -321,7 +321,7 @@ func TestFwBatchTakesSweep(t *testing.T) {
 					case 3:
 						_, err = l.Allow(ctx, rate, lim.For(k))
 					case 4:
-						_, err = l.Settle(ctx, Result{}, min(rate*(2+i%3), 1<<40), lim.For(k))
+						_, err = l.Settle(ctx, receiptFor(l, lim.For(k), 0, 0), min(rate*(2+i%3), 1<<40))
 					case 5:
 						other := lim
 						other.Period = period * 2
@@ -349,7 +349,7 @@ func TestFwBatchTakesSweep(t *testing.T) {
 					t.Fatalf("key %d: alone: %v; batched: %v", i, err, c.err)
 				}
 				got := c.res[0]
-				got.owner, got.period = want.owner, want.period
+				got.owner, got.rule = want.owner, want.rule
 				// A batch measures its waits from the clock, a lone take
 				// from its key's TTL, whole ms: up to 1 ms shorter there.
 				for _, d := range [][2]*time.Duration{{&got.RetryAfter, &want.RetryAfter}, {&got.ResetAfter, &want.ResetAfter}} {
@@ -361,10 +361,10 @@ func TestFwBatchTakesSweep(t *testing.T) {
 					t.Errorf("key %d: batched %+v, alone %+v", i, got, want)
 				}
 				if got.Allowed {
-					if err := la.Refund(ctx, got, lim.For(key(i))); err != nil {
+					if err := la.Refund(ctx, got); err != nil {
 						t.Fatal(err)
 					}
-					if err := lb.Refund(ctx, want, lim.For(key(i))); err != nil {
+					if err := lb.Refund(ctx, want); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -134,9 +134,9 @@ func giveBackCase(t *testing.T, l *Limiter, lim Limit, kind string, level, n, us
 		}
 		wait(0)
 		if kind == "refund" {
-			err = l.Refund(ctx, taken, a)
+			err = l.Refund(ctx, taken)
 		} else {
-			_, err = l.Settle(ctx, taken, used, a)
+			_, err = l.Settle(ctx, taken, used)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -202,6 +202,62 @@ func TestRealGiveBackRestores(t *testing.T) {
 						defer func() { _ = l.Close() }()
 						bucket := a == TokenBucket || a == LeakyBucket
 						giveBackCase(t, l, lim, kind, level, n, used, dt, &step, bucket && kind != "settle")
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestGiveBackContendedBound backs docs/limits.md's bound for a bucket
+// give-back when others took from the key between the take and it: the
+// key ends at most min(n, the refill since the take) units below the state
+// it would have had without the take, and never above it (the units given
+// back never fund more than the Limit: TestCountIfBankingAttack). "a" and
+// "twin" share every take but a's n; the others' takes hit both in one
+// call. Without the strict rule (giving back min(C, level + n) whatever
+// was written since), "a" ends above its twin when the bucket would have
+// stood full meanwhile.
+func TestGiveBackContendedBound(t *testing.T) {
+	const n, others = 3, 2
+	for _, a := range []Algorithm{TokenBucket, LeakyBucket} {
+		lim := Limit{Algorithm: a, Rate: 10, Period: time.Second}
+		for _, level := range []int{0, 5} {
+			for _, between := range []time.Duration{time.Microsecond, 150 * time.Millisecond} {
+				for _, dt := range []time.Duration{200 * time.Millisecond, 600 * time.Millisecond, 2 * time.Second} {
+					name := fmt.Sprintf("%s/level=%d/others-at=%v/after=%v", a, level, between, dt)
+					t.Run(name, func(t *testing.T) {
+						ctx := context.Background()
+						mr, _, l := miniLimiter(t)
+						now := redistest.Epoch.Add(250 * time.Millisecond)
+						redistest.SetTime(mr, now)
+						ra, twin := lim.For("a"), lim.For("twin")
+						if level > 0 {
+							if r, err := l.Allow(ctx, level, ra, twin); err != nil || !r.Allowed {
+								t.Fatal(r, err)
+							}
+						}
+						taken, err := l.Allow(ctx, n, ra)
+						if err != nil || !taken.Allowed {
+							t.Fatal(taken, err)
+						}
+						redistest.SetTime(mr, now.Add(between))
+						if r, err := l.Allow(ctx, others, ra, twin); err != nil || !r.Allowed {
+							t.Fatal(r, err)
+						}
+						redistest.SetTime(mr, now.Add(dt))
+						if err := l.Refund(ctx, taken); err != nil {
+							t.Fatal(err)
+						}
+						r, err := l.Peek(ctx, ra, twin)
+						if err != nil {
+							t.Fatal(err)
+						}
+						lost := r.Rules[1].Remaining - r.Rules[0].Remaining
+						most := min(n, int((dt*time.Duration(lim.Rate)+lim.Period-1)/lim.Period))
+						if lost < 0 || lost > most {
+							t.Errorf("a ends %d units below its twin, want 0 to %d", lost, most)
+						}
 					})
 				}
 			}

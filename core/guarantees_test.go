@@ -376,7 +376,7 @@ func TestRetriedRefundGivesBackOnce(t *testing.T) {
 			l := opsNew(t, rdb, WithPrefix(prefix), opsPatient, WithBreaker(0, 0), WithBatching(1))
 			warm, err := l.Allow(ctx, 1, lim.For("warm"))
 			if err == nil {
-				err = l.Refund(ctx, warm, lim.For("warm")) // loads the refund's script too
+				err = l.Refund(ctx, warm) // loads the refund's script too
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -389,7 +389,7 @@ func TestRetriedRefundGivesBackOnce(t *testing.T) {
 			proxy.armed.Store(true)
 			// A refund not retried fails with the lost reply: that is the
 			// strict side (it may or may not have given back), and fine.
-			_ = l.Refund(ctx, a, lim.For("k"))
+			_ = l.Refund(ctx, a)
 			if got := proxy.dropped.Load(); got != 1 {
 				t.Fatalf("%d replies lost, want 1: the test did not lose the reply", got)
 			}

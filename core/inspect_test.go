@@ -140,11 +140,11 @@ func inspectTake(t *testing.T, l *Limiter, lim Limit, taken, layer int, after st
 	}
 	switch after {
 	case "refund":
-		if err := l.Refund(ctx, last, lim.For("user:1")); err != nil {
+		if err := l.Refund(ctx, last); err != nil {
 			t.Fatal(err)
 		}
 	case "debt":
-		if _, err := l.Settle(ctx, last, 25, lim.For("user:1")); err != nil {
+		if _, err := l.Settle(ctx, last, 25); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -481,10 +481,10 @@ func TestAllowLayersInvalid(t *testing.T) {
 			}
 		})
 	}
-	if err := l.Refund(ctx, Result{Granted: 1, Rules: []Result{{Granted: 1}}}, ok.For("k"), ok.For("k")); !errors.Is(err, ErrInvalidCost) {
+	if err := l.Refund(ctx, Result{Granted: 1, Rules: []Result{{Granted: 1}}}); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("a refund with 1 Result for 2 Rules: err = %v, want ErrInvalidCost", err)
 	}
-	if err := l.Refund(ctx, Result{Granted: 1}, ok.For("k"), ok.For("k")); !errors.Is(err, ErrInvalidCost) {
+	if err := l.Refund(ctx, Result{Granted: 1}); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("a refund of one Rule's receipt under 2 Rules: err = %v, want ErrInvalidCost", err)
 	}
 	if _, err := l.Allow(ctx, 1, ok.For(""), ok.For("k")); !errors.Is(err, ErrEmptyKey) {
@@ -713,7 +713,7 @@ func TestLayersPermitWhateverTheCost(t *testing.T) {
 		if err != nil || !second[ri].Allowed || second[pi].Allowed || second[ri].Granted != 0 {
 			t.Fatalf("%v: a second request in flight = %+v, %v; want refused for its permit alone, nothing taken", order, res, err)
 		}
-		if err := l.Refund(ctx, taken, rules...); err != nil {
+		if err := l.Refund(ctx, taken); err != nil {
 			t.Fatal(err)
 		}
 		res, err = l.Allow(ctx, 2000, rules...)

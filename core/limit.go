@@ -13,8 +13,8 @@ import (
 // a flag, an environment variable, JSON or YAML.
 //
 // A Limit is a plain value: changing the Rate, Period or Burst passed for a
-// key takes effect on the next call, without a Reset and without handing
-// out free units (see Limiter for what each algorithm carries over).
+// key takes effect on the next call, without a Reset (docs/limits.md says
+// what each algorithm carries over, and a lengthened window's bound).
 // Each algorithm keeps its own state: moving a key to another Algorithm
 // starts it with that algorithm's whole quota.
 type Limit struct {

@@ -271,13 +271,16 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 	if (mode == modeRefund || mode == modeCharge) && taken.foreign(l.prefix, key, row, 0) {
 		return Result{}, errForeignReceipt
 	}
-	if mode == modeRefund && (taken.staleWindow(limit) || taken.Fallback && !row.ids) {
+	if mode == modeRefund && taken.Fallback && !row.ids {
 		return Result{}, nil // Redis took nothing for a fallback receipt
 	}
 	var out [1]Result
 	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
+	if err == nil && mode <= modeAtMost { // a decision: its Result is a receipt
+		out[0].rule = Rule{Key: key, Limit: limit}
+	}
 	if out[0].Granted > 0 && (mode == modeConsume || mode == modeAtMost) {
-		out[0].owner, out[0].period = receipt(l.prefix, key, row, 0, out[0].Granted), pl.layers[0].windowPeriod()
+		out[0].owner = receipt(l.prefix, key, row, 0, out[0].Granted)
 	}
 	return out[0], err
 }

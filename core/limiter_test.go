@@ -631,7 +631,7 @@ func TestErrors(t *testing.T) {
 	if _, err := l.Allow(ctx, 2, InFlight(3).For("k")); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("AllowN(2) of a Concurrency: %v, want ErrInvalidCost (one permit per request)", err)
 	}
-	if _, err := l.Renew(ctx, Result{}, lim.For("k")); err == nil {
+	if _, err := l.Renew(ctx, receiptFor(l, lim.For("k"), 1, 0)); err == nil {
 		t.Errorf("Renew of a rate limit: nil error, want one")
 	}
 	if _, err := l.AllowAtMost(ctx, 0, lim.For("k")); !errors.Is(err, ErrInvalidCost) {
@@ -1045,9 +1045,9 @@ func FuzzDecide(f *testing.F) {
 		case modeAtMost:
 			r, err = l.AllowAtMost(ctx, n, lim.For(key))
 		case modeRefund:
-			err = l.Refund(ctx, handReceipt(l, key, lim, n, redistest.Epoch.UnixMicro()), lim.For(key))
+			err = l.Refund(ctx, handReceipt(l, key, lim, n, redistest.Epoch.UnixMicro()))
 		case modeCharge:
-			r, err = l.Settle(ctx, Result{}, n, lim.For(key))
+			r, err = l.Settle(ctx, receiptFor(l, lim.For(key), 0, 0), n)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrEmptyKey) && !errors.Is(err, ErrInvalidLimit) && !errors.Is(err, ErrInvalidCost) {
@@ -1067,7 +1067,7 @@ func FuzzDecide(f *testing.F) {
 // public is r without what only the Limiter reads (the stamp a refund
 // names), for comparisons with a Result literal.
 func public(r Result) Result {
-	r.stamp, r.owner, r.period = 0, 0, 0
+	r.stamp, r.owner, r.rule, r.several = 0, 0, Rule{}, nil
 	return r
 }
 
@@ -1118,4 +1118,16 @@ func TestParseResultsPacked(t *testing.T) {
 			t.Errorf("%s: %v, want errBadReply", tt.name, err)
 		}
 	}
+}
+
+// receiptFor is a receipt of granted units of rule taken at stamp (a
+// permit's id for Concurrency), as l's Allow would return it: for tests
+// that give back or renew without a take. With granted 0 it is a Result
+// that took nothing, which Settle charges all of used.
+func receiptFor(l *Limiter, rule Rule, granted int, stamp int64) Result {
+	r := Result{Allowed: granted > 0, Granted: granted, stamp: stamp, rule: rule}
+	if granted > 0 {
+		r.owner = receipt(l.prefix, rule.Key, rule.Limit.row(), 0, granted)
+	}
+	return r
 }

@@ -1011,9 +1011,9 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 		case modePeek:
 			res, err = h.l.Peek(h.ctx, h.lim.For(key))
 		case modeRefund:
-			err = h.l.Refund(h.ctx, handReceipt(h.l, key, h.lim, int(r.n), r.stamp), h.lim.For(key))
+			err = h.l.Refund(h.ctx, handReceipt(h.l, key, h.lim, int(r.n), r.stamp))
 		case modeCharge:
-			_, err = h.l.Settle(h.ctx, Result{}, int(r.n), h.lim.For(key))
+			_, err = h.l.Settle(h.ctx, receiptFor(h.l, h.lim.For(key), 0, 0), int(r.n))
 		}
 		calls[0].res[0], calls[0].err = res, err
 	} else {
@@ -1026,7 +1026,7 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 		w := m.decide(h.clock, r.n, r.mode, r.stamp)
 		wr := w.result(r.mode == modePeek)
 		res := calls[i].res[0]
-		res.stamp, res.owner = 0, 0
+		res.stamp, res.owner, res.rule, res.several = 0, 0, Rule{}, nil
 		if r.mode == modePeek {
 			res.Granted = 0
 		}
@@ -1364,5 +1364,5 @@ func propSeeds() uint64 {
 // handReceipt is the receipt of n units of key under lim, taken at stamp,
 // as l's Allow would have made it.
 func handReceipt(l *Limiter, key string, lim Limit, n int, stamp int64) Result {
-	return Result{Granted: n, stamp: stamp, owner: receipt(l.prefix, key, lim.row(), 0, n)}
+	return receiptFor(l, lim.For(key), n, stamp)
 }

@@ -58,9 +58,9 @@ func TestObserve(t *testing.T) {
 		{verbAllow, func() (Result, error) { return l.Allow(ctx, 1, tb) }, func(o Observation) bool { return o.Err == nil && !o.Result.Allowed }},
 		{verbAllow, func() (Result, error) { return l.Allow(ctx, 0, tb) }, func(o Observation) bool { return errors.Is(o.Err, ErrInvalidCost) }},
 		{verbPeek, func() (Result, error) { return l.Peek(ctx, tb) }, func(o Observation) bool { return o.Err == nil && !o.Result.Allowed }},
-		{verbRefund, func() (Result, error) { return Result{}, l.Refund(ctx, taken, tb) }, func(o Observation) bool { return o.Err == nil && o.Result.Granted == 1 }},
+		{verbRefund, func() (Result, error) { return Result{}, l.Refund(ctx, taken) }, func(o Observation) bool { return o.Err == nil && o.Result.Granted == 1 }},
 		{verbAtMost, func() (Result, error) { return l.AllowAtMost(ctx, 5, tb) }, func(o Observation) bool { return o.Result.Granted == 1 }},
-		{verbSettle, func() (Result, error) { return l.Settle(ctx, Result{}, 1, tb) }, func(o Observation) bool { return o.Err == nil }},
+		{verbSettle, func() (Result, error) { return l.Settle(ctx, receiptFor(l, tb, 0, 0), 1) }, func(o Observation) bool { return o.Err == nil }},
 		{verbWait, func() (Result, error) {
 			wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
@@ -76,7 +76,7 @@ func TestObserve(t *testing.T) {
 			}
 			a.take()
 			b.take()
-			return l.Renew(ctx, r, own)
+			return l.Renew(ctx, r)
 		}, func(o Observation) bool { return o.Err == nil && o.Result.Allowed }},
 	}
 	for i, st := range steps {

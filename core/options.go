@@ -107,8 +107,9 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 // until its RetryAfter has passed, and denies further requests for it
 // locally, with the same Result and without a round trip. Under abusive
 // traffic on a few keys this takes most of the load off Redis. It never
-// denies what Redis would admit, nor reports a wait shorter than Redis
-// would (see docs/limits.md#the-deny-cache). At most maxKeys keys are
+// reports a wait shorter than Redis would; what another instance gives
+// back is not seen, so the key may stay denied here until its RetryAfter
+// ends (see docs/limits.md#the-deny-cache). At most maxKeys keys are
 // remembered. Default: off.
 func WithDenyCache(maxKeys int) Option {
 	return func(c *config) {

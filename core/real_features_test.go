@@ -36,13 +36,13 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 		if c.RetryAfter <= 0 || c.RetryAfter > jobs.Period {
 			t.Errorf("refused permit: RetryAfter %v, want within (0, %v]", c.RetryAfter, jobs.Period)
 		}
-		if err := l.Refund(ctx, a, jobs.For("k")); err != nil {
+		if err := l.Refund(ctx, a); err != nil {
 			t.Fatal(err)
 		}
 		if d, err := l.Allow(ctx, 1, jobs.For("k")); err != nil || !d.Allowed {
 			t.Fatalf("a take after a permit came back: %+v, %v; want admitted", d, err)
 		}
-		if r, err := l.Renew(ctx, b, jobs.For("k")); err != nil || !r.Allowed {
+		if r, err := l.Renew(ctx, b); err != nil || !r.Allowed {
 			t.Fatalf("Renew of a held permit: %+v, %v; want kept", r, err)
 		}
 		checkAllTTLs(t, rdb, prefix, 1)
@@ -79,7 +79,7 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 		if err != nil || !taken.Allowed {
 			t.Fatalf("AllowN(10): %+v, %v", taken, err)
 		}
-		if r, err := l.Settle(ctx, taken, 2, budget.For("k")); err != nil || r.Remaining < 98 {
+		if r, err := l.Settle(ctx, taken, 2); err != nil || r.Remaining < 98 {
 			t.Fatalf("Settle(10 taken, 2 used): %+v, %v; want 8 back (98 or more left)", r, err)
 		}
 		taken, err = l.Allow(ctx, 1, budget.For("k"))
@@ -87,7 +87,7 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 			t.Fatalf("Allow: %+v, %v", taken, err)
 		}
 		t0 := redisNow(t, rdb)
-		if _, err := l.Settle(ctx, taken, 250, budget.For("k")); err != nil {
+		if _, err := l.Settle(ctx, taken, 250); err != nil {
 			t.Fatal(err)
 		}
 		r, err := l.Allow(ctx, 1, budget.For("k"))
@@ -145,7 +145,7 @@ func featureSuite(t *testing.T, rdb redis.UniversalClient) {
 		if err != nil || second.Allowed || !second.Rules[0].Allowed || second.Rules[1].Allowed {
 			t.Fatalf("second while the first holds the permit: %+v, %v; want the rate layer alone to admit", second, err)
 		}
-		if err := l.Refund(ctx, first, layers...); err != nil {
+		if err := l.Refund(ctx, first); err != nil {
 			t.Fatal(err)
 		}
 		third, err := l.Allow(ctx, 1, layers...)

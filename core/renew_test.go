@@ -42,7 +42,7 @@ func TestRenewTakesALapsedPermitAgain(t *testing.T) {
 			}
 			// renew is what Renew decided for the permit's Rule.
 			renew := func(key string, taken Result) (Result, error) {
-				r, err := l.Renew(ctx, taken, c.rules(key)...)
+				r, err := l.Renew(ctx, taken)
 				if err != nil || r.Rules == nil {
 					return r, err
 				}
@@ -79,7 +79,7 @@ func TestRenewTakesALapsedPermitAgain(t *testing.T) {
 			if r, err := renew("full", a); err != nil || r.Allowed {
 				t.Fatalf("renewal of a lapsed permit, the key full: %+v, %v; want refused", r, err)
 			}
-			if err := l.Refund(ctx, permitOnly(b), c.rules("full")...); err != nil {
+			if err := l.Refund(ctx, permitOnly(b)); err != nil {
 				t.Fatal(err)
 			}
 			if c := took("full", "take C"); !allowed(c) {
@@ -128,7 +128,7 @@ func TestResetKeepsPermitsInFlight(t *testing.T) {
 	if err != nil || second.Rules[1].Allowed || !second.Rules[0].Allowed {
 		t.Fatalf("a take after a Reset, the first in flight: %+v, %v; want the rate layer whole and the permit refused", second, err)
 	}
-	if err := l.Refund(ctx, permitOnly(first), layers...); err != nil {
+	if err := l.Refund(ctx, permitOnly(first)); err != nil {
 		t.Fatal(err)
 	}
 	if third, err := l.Allow(ctx, 1, layers...); err != nil || !third.Rules[1].Allowed {
@@ -174,7 +174,7 @@ func TestRenewAfterReleaseTakesNothing(t *testing.T) {
 				g.on.Store(true)
 				renewed := make(chan Result, 1)
 				go func() {
-					r, err := l.Renew(ctx, taken, c.rules...)
+					r, err := l.Renew(ctx, taken)
 					if err != nil {
 						t.Error(err)
 					}
@@ -182,7 +182,7 @@ func TestRenewAfterReleaseTakesNothing(t *testing.T) {
 				}()
 				<-g.entered // the renewal, held before Redis sees it
 				g.on.Store(false)
-				if err := l.Refund(ctx, taken, c.rules...); err != nil {
+				if err := l.Refund(ctx, taken); err != nil {
 					t.Fatal(err)
 				}
 				g.release <- struct{}{}

@@ -152,7 +152,7 @@ func TestReplicaAcks(t *testing.T) {
 			t.Fatalf("Allow: %+v, %v", res, err)
 		}
 		before := calls(t, admin)["wait"]
-		if err := l.Refund(ctx, res, limit.For("refund")); err != nil {
+		if err := l.Refund(ctx, res); err != nil {
 			t.Fatalf("Refund: %v", err)
 		}
 		if got := calls(t, admin)["wait"] - before; got != 1 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"sync"
 	"time"
 )
 
@@ -11,12 +12,9 @@ import (
 // false, never an error: errors are for invalid arguments and failures. A
 // worked example is in docs/limits.md#reading-a-result.
 //
-// A Result that took units is also the receipt Refund and Settle take: it
-// records the Redis instant the units were taken at, and the state it took
-// them from (key, Algorithm, layer), so a refund on another is refused. A
-// receipt is accepted only as it was returned: its check binds its Granted
-// and its Limiter's prefix, and a Peek's or a denial's Result is none
-// (TestReceiptBindsAmountLimiterAndDecision). Refund or settle it once.
+// A Result is also the receipt Refund, Settle and Renew take: it carries
+// its Rules and the Redis instant its units were taken at, as
+// x/time/rate's Reservation does. See docs/limits.md#receipts.
 type Result struct {
 	// Allowed reports whether the request may proceed (after Delay). For
 	// Peek, whether it would.
@@ -71,33 +69,40 @@ type Result struct {
 	// of the window the units were taken in.
 	stamp int64
 	// owner names the state the units were taken from (see receipt), so
-	// that a refund or a settle on another is refused.
+	// that a receipt whose Granted was changed is refused.
 	owner uint64
-	// period is a FixedWindow's Period (µs) the units were taken under:
-	// its windows, which a refund under another does not name (see
-	// staleWindow). 0 for the other algorithms.
-	period int64
+	// rule is the Rule the Result decided, for a decision of one Rule (and
+	// in each of Rules, that Rule's): what Refund, Settle and Renew act on.
+	rule Rule
+	// several is a decision of several Rules: their list, and which of
+	// them a Refund or Settle has given back, shared by the Result's copies.
+	several *receiptRules
 }
 
-// windowPeriod is the Period (µs) of ly's windows if it is a FixedWindow
-// over a Period, whose receipts name a window of it; else 0.
-func (ly layer) windowPeriod() int64 {
-	if !ly.row.tagged {
-		return 0
-	}
-	return ly.p.period
+// receiptRules is a decision of several Rules as its receipt holds it.
+type receiptRules struct {
+	rules []Rule
+	mu    sync.Mutex
+	// done marks the Rules a Refund or Settle gave back or settled (or may
+	// have: its call's fate is unknown), which a retry leaves alone.
+	done []bool
 }
 
-// staleWindow reports whether r took its units from a FixedWindow over
-// another Period than lim's: the window they were taken in is not one of
-// lim's, and a refund of them gives nothing back.
-func (r Result) staleWindow(lim Limit) bool {
-	if r.period == 0 || lim.Calendar != NoCalendar || lim.Algorithm != FixedWindow {
-		return false
+// rules is the Rules r decided (nil for a Result made by hand); one is the
+// caller's array, which holds a Rule alone without an allocation.
+func (r *Result) rules(one *[1]Rule) []Rule {
+	switch {
+	case r.several != nil:
+		return r.several.rules
+	case r.rule.Key != "":
+		one[0] = r.rule
+		return one[:]
 	}
-	p, err := lim.params()
-	return err == nil && p.period != r.period
+	return nil
 }
+
+// errNoReceipt refuses a give-back of a Result that names no decision.
+var errNoReceipt = fmt.Errorf("%w: the Result is no decision's (Allow, AllowAtMost, Wait or Peek returns one)", ErrInvalidCost)
 
 // receiptSeed keys the receipts' hashes: a receipt is checked only by the
 // process that made it.

@@ -5,11 +5,11 @@ import (
 	"fmt"
 )
 
-// Rule is a key under a Limit: what a decision counts against. Every verb
-// of a Limiter (Allow, AllowAtMost, Peek, Wait, Refund, Settle, Renew)
-// takes one or more Rules, and decides them together, all or nothing: a
-// request is admitted only if every Rule admits it, and then counts in
-// every one; refused, it counts in none.
+// Rule is a key under a Limit: what a decision counts against. Allow,
+// AllowAtMost, Peek and Wait take one or more Rules, and decide them
+// together, all or nothing: a request is admitted only if every Rule
+// admits it, and then counts in every one; refused, it counts in none.
+// The Result carries them to Refund, Settle and Renew.
 //
 // Keys in different Cluster slots are decided one slot after another, in
 // the order of the Rules: put the Rule that refuses most first, and a
@@ -68,22 +68,26 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 }
 
 // Refund gives back what taken (the Result of a call that admitted a
-// request under rules) took but did not use: the request failed, or should
-// not count. A refund leaves the state the key would have had if the
-// units had never been taken (TestGiveBackRestoresSweep). For
-// Concurrency, Refund gives the permit back. Zero a Rule's Result in
-// taken.Rules to leave that Rule alone.
+// request) took but did not use: the request failed, or should not count.
+// A refund leaves the state the key would have had if the units had never
+// been taken (TestGiveBackRestoresSweep). For Concurrency, Refund gives
+// the permit back. Zero a Rule's Result in taken.Rules to leave that Rule
+// alone.
 //
-// Refund or settle a receipt once, under the Rules that took it: the
-// Limiter cannot tell a second refund from a first, and would give the
-// units back again. See docs/limits.md#receipts.
-func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) (err error) {
+// Refund or settle a receipt once. After an error, a retry with the same
+// receipt is safe: it gives nothing back twice (TestRetryGivesNothingTwice).
+// See docs/limits.md#receipts.
+func (l *Limiter) Refund(ctx context.Context, taken Result) (err error) {
+	var one [1]Rule
+	rules := taken.rules(&one)
 	defer l.observed(ctx, verbRefund, rules, l.observing(), &taken, &err)
-	if len(rules) == 1 && taken.Rules == nil {
-		if taken.Granted <= 0 {
-			return nil
-		}
-		_, err := l.one(ctx, rules[0].Key, rules[0].Limit, taken.Granted, modeRefund, taken)
+	switch {
+	case taken.Granted <= 0:
+		return nil
+	case rules == nil:
+		return errNoReceipt
+	case taken.several == nil:
+		_, err := l.one(ctx, taken.rule.Key, taken.rule.Limit, taken.Granted, modeRefund, taken)
 		return err
 	}
 	_, err = l.several(ctx, rules, &taken, 0, modeRefund, everyRule)
@@ -91,21 +95,26 @@ func (l *Limiter) Refund(ctx context.Context, taken Result, rules ...Rule) (err 
 }
 
 // Settle corrects what taken (the Result of a call that admitted a
-// request under rules) took to what the request really used, once that is
-// known (the tokens of a completion, the bytes streamed). It gives back
-// the units not used, as Refund does, or takes the excess even beyond what
-// is left, as a debt that later requests wait out at the Limit's rate, and
-// returns what the keys have left after the correction. used may be 0
-// (Refund); used < 0 is ErrInvalidCost. A zero taken charges all of used.
-// Concurrency permits have no cost: Settle leaves them alone. The receipt
-// rules of Refund hold: settle taken once. How debts are carried, and the
-// deepest debt a key holds, are in docs/limits.md#settle-debts.
-func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...Rule) (res Result, err error) {
+// request) took to what the request really used, once that is known (the
+// tokens of a completion, the bytes streamed). It gives back the units not
+// used, as Refund does, or takes the excess even beyond what is left, as a
+// debt that later requests wait out at the Limit's rate, and returns what
+// the keys have left after the correction. used may be 0 (Refund); used <
+// 0 is ErrInvalidCost. A taken that took nothing (a Peek's, a denial's)
+// charges all of used. Concurrency permits have no cost: Settle leaves
+// them alone. Refund's receipt rules hold. Debts are in
+// docs/limits.md#settle-debts.
+func (l *Limiter) Settle(ctx context.Context, taken Result, used int) (res Result, err error) {
+	var one [1]Rule
+	rules := taken.rules(&one)
 	defer l.observed(ctx, verbSettle, rules, l.observing(), &res, &err)
-	if len(rules) != 1 || taken.Rules != nil {
+	switch {
+	case rules == nil:
+		return Result{}, errNoReceipt
+	case taken.several != nil:
 		return l.several(ctx, rules, &taken, used, modeCharge, rateRules)
 	}
-	limit := rules[0].Limit
+	limit := taken.rule.Limit
 	n, mode, err := correction(max(taken.Granted, 0), used)
 	if err != nil {
 		return Result{}, err
@@ -113,7 +122,7 @@ func (l *Limiter) Settle(ctx context.Context, taken Result, used int, rules ...R
 	if n == 0 || limit.Algorithm == Concurrency || taken.Granted <= 0 && mode == modeRefund {
 		return Result{Allowed: true, Granted: taken.Granted, Remaining: taken.Remaining, ResetAfter: taken.ResetAfter, At: taken.At}, nil
 	}
-	res, err = l.one(ctx, rules[0].Key, limit, n, mode, taken)
+	res, err = l.one(ctx, taken.rule.Key, limit, n, mode, taken)
 	if err != nil {
 		return Result{}, err
 	}
@@ -140,19 +149,22 @@ func correction(granted, used int) (n, mode int, err error) {
 // came late) is taken again, atomically, when the key has room for it, as
 // a new request would take it. Allowed reports that taken's request holds
 // its permits for another Period; false means a permit had lapsed and its
-// key is full: the request holds none there, and nothing counts it, so its
-// caller should stop it (httplimit cancels its context). A renewal that
-// reaches Redis after its permit was given back, within a Period of the
-// release, keeps nothing (TestRenewAfterReleaseTakesNothing).
-func (l *Limiter) Renew(ctx context.Context, taken Result, rules ...Rule) (res Result, err error) {
+// key is full: the request holds none there, so its caller should stop it
+// (httplimit cancels its context). A renewal after the permit was given
+// back keeps nothing (TestRenewAfterReleaseTakesNothing).
+func (l *Limiter) Renew(ctx context.Context, taken Result) (res Result, err error) {
+	var one [1]Rule
+	rules := taken.rules(&one)
 	defer l.observed(ctx, verbRenew, rules, l.observing(), &res, &err)
-	if len(rules) != 1 || taken.Rules != nil {
+	switch {
+	case rules == nil:
+		return Result{}, errNoReceipt
+	case taken.several != nil:
 		return l.several(ctx, rules, &taken, 1, modeRenew, permitRules)
-	}
-	if rules[0].Limit.Algorithm != Concurrency {
+	case taken.rule.Limit.Algorithm != Concurrency:
 		return Result{}, errNotConcurrency
 	}
-	return l.one(ctx, rules[0].Key, rules[0].Limit, 1, modeRenew, taken)
+	return l.one(ctx, taken.rule.Key, taken.rule.Limit, 1, modeRenew, taken)
 }
 
 var errNotConcurrency = fmt.Errorf("%w: Renew keeps Concurrency permits only", ErrInvalidLimit)
@@ -177,16 +189,13 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 	var parts []Result
 	if taken != nil {
 		parts = taken.Rules
-		if parts == nil && len(rules) == 1 {
-			parts = []Result{*taken}
-		}
 		switch {
-		case parts == nil && taken.Granted <= 0 && mode == modeCharge:
-			// A zero receipt: Settle charges all of used to every Rule.
-		case parts == nil && taken.Granted <= 0:
+		case taken.Granted <= 0 && mode == modeCharge:
+			parts = nil // took nothing: Settle charges all of used to every Rule
+		case taken.Granted <= 0:
 			return Result{}, nil // nothing to give back or keep
 		case len(parts) != len(rules):
-			return Result{}, fmt.Errorf("%w: a receipt of %d Rules for %d Rules", ErrInvalidCost, max(len(parts), 1), len(rules))
+			return Result{}, fmt.Errorf("%w: a receipt of %d Rules for %d Rules", ErrInvalidCost, len(parts), len(rules))
 		}
 	}
 	used, verb := n, mode
@@ -198,9 +207,19 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 	}
 	s := split(rules, l.group)
 	out := make([]Result, len(rules))
+	ask, given := parts, (*receiptRules)(nil)
+	if parts != nil && (mode == modeRefund || mode == modeCharge) && taken.several != nil {
+		given = taken.several
+		given.mu.Lock()
+		defer given.mu.Unlock()
+		ask = given.pending(parts)
+	}
 	if verb != modeCharge || n > 0 {
 		for g := range s.groups {
-			err := l.decideSlot(ctx, s, g, rules, parts, n, mode, want, out)
+			err := l.decideSlot(ctx, s, g, rules, ask, n, mode, want, out)
+			if given != nil && (err == nil || mayHaveRun(err)) {
+				given.mark(s.groups[g], rules, ask, want)
+			}
 			if err == nil && (mode != modeConsume || s.admitted(g, out)) {
 				continue
 			}
@@ -215,7 +234,37 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 			break
 		}
 	}
-	return s.merge(out, parts, n, used, verb), nil
+	res := s.merge(out, parts, n, used, verb)
+	if verb == modeConsume || verb == modePeek {
+		res.several = &receiptRules{rules: append([]Rule(nil), rules...), done: make([]bool, len(rules))}
+		for i := range out {
+			out[i].rule = rules[i]
+		}
+	}
+	return res, nil
+}
+
+// pending is parts without the Rules given back already, which a retry
+// leaves alone (zero Results, as a caller's zeroed Rule).
+func (g *receiptRules) pending(parts []Result) []Result {
+	ask := parts
+	for i, done := range g.done {
+		if done {
+			if &ask[0] == &parts[0] {
+				ask = append([]Result(nil), parts...)
+			}
+			ask[i] = Result{}
+		}
+	}
+	return ask
+}
+
+// mark records that the Rules at pos that a call asked of (want, and that
+// took units) were given back or settled.
+func (g *receiptRules) mark(pos []int, rules []Rule, ask []Result, want func(Limit) bool) {
+	for _, i := range pos {
+		g.done[i] = g.done[i] || want(rules[i].Limit) && ask[i].Granted > 0
+	}
 }
 
 // validRules refuses, before any Redis call, Rules that one slot's call

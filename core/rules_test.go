@@ -182,7 +182,7 @@ func runRulesModel(t *testing.T, l *Limiter, period time.Duration, seed uint64) 
 			i := rng.IntN(len(receipts))
 			rc := receipts[i]
 			receipts = append(receipts[:i], receipts[i+1:]...)
-			if err := l.Refund(ctx, rc.res, rc.rules...); err != nil {
+			if err := l.Refund(ctx, rc.res); err != nil {
 				t.Fatalf("step %d: Refund: %v", step, err)
 			}
 			for _, r := range rc.rules {
@@ -282,9 +282,9 @@ func (h failKeysHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 // TestRulesReceipts: a receipt of several Rules gives back, settles and is
 // checked as one: Refund restores every Rule, Settle corrects every rate
-// Rule, and a receipt under Rules in another order, or of one Rule for
-// several, is refused (ErrInvalidCost) rather than giving back units that
-// were never taken.
+// Rule, and a receipt whose Rules' Results were reordered or cut is
+// refused (ErrInvalidCost) rather than giving back units that were never
+// taken.
 func TestRulesReceipts(t *testing.T) {
 	ctx := context.Background()
 	for _, split := range []bool{false, true} {
@@ -298,16 +298,18 @@ func TestRulesReceipts(t *testing.T) {
 			if err != nil || !res.Allowed || res.Granted != 3 {
 				t.Fatalf("Allow: %+v, %v", res, err)
 			}
-			if err := l.Refund(ctx, res, org, user); !errors.Is(err, ErrInvalidCost) {
-				t.Errorf("Refund under Rules in another order: %v, want ErrInvalidCost", err)
+			swapped, cut := res, res
+			swapped.Rules, cut.Rules = []Result{res.Rules[1], res.Rules[0]}, res.Rules[:1]
+			if err := l.Refund(ctx, swapped); !errors.Is(err, ErrInvalidCost) {
+				t.Errorf("Refund with the Rules' Results swapped: %v, want ErrInvalidCost", err)
 			}
-			if err := l.Refund(ctx, res, user); !errors.Is(err, ErrInvalidCost) {
-				t.Errorf("Refund of a receipt of two Rules under one: %v, want ErrInvalidCost", err)
+			if err := l.Refund(ctx, cut); !errors.Is(err, ErrInvalidCost) {
+				t.Errorf("Refund of a receipt of two Rules cut to one: %v, want ErrInvalidCost", err)
 			}
 			if got := remaining(t, l, user.Limit, user.Key); got != 7 {
 				t.Fatalf("user has %d left, want 7", got)
 			}
-			s, err := l.Settle(ctx, res, 5, user, org)
+			s, err := l.Settle(ctx, res, 5)
 			if err != nil || !s.Allowed || s.Granted != 5 || len(s.Rules) != 2 {
 				t.Fatalf("Settle: %+v, %v", s, err)
 			}
@@ -318,7 +320,7 @@ func TestRulesReceipts(t *testing.T) {
 			if err != nil || !res2.Allowed {
 				t.Fatal(res2, err)
 			}
-			if err := l.Refund(ctx, res2, user, org); err != nil {
+			if err := l.Refund(ctx, res2); err != nil {
 				t.Fatal(err)
 			}
 			if u, o := remaining(t, l, user.Limit, user.Key), remaining(t, l, org.Limit, org.Key); u != 5 || o != 15 {
@@ -342,12 +344,13 @@ func TestRulesPermitAndRenew(t *testing.T) {
 	if again, err := l.Allow(ctx, 1, rules...); err != nil || again.Allowed {
 		t.Fatalf("a second request while the permit is held: %+v, %v; want refused", again, err)
 	}
-	kept, err := l.Renew(ctx, res, rules...)
+	kept, err := l.Renew(ctx, res)
 	if err != nil || !kept.Allowed {
 		t.Fatalf("Renew: %+v, %v", kept, err)
 	}
-	permit := Result{Rules: []Result{{}, res.Rules[1], {}}}
-	if err := l.Refund(ctx, permit, rules...); err != nil {
+	permit := res
+	permit.Rules = []Result{{}, res.Rules[1], {}}
+	if err := l.Refund(ctx, permit); err != nil {
 		t.Fatal(err)
 	}
 	if got := remaining(t, l, PerHour(100), "k"); got != 90 {
@@ -534,7 +537,7 @@ func TestRulesPermitInASlotOfItsOwn(t *testing.T) {
 		if err != nil || !res.Allowed || res.Granted != 5 || res.Rules[1].Granted != 1 {
 			t.Fatalf("split=%v: %+v, %v; want 5 units and one permit", split, res, err)
 		}
-		if err := l.Refund(ctx, res, rules...); err != nil {
+		if err := l.Refund(ctx, res); err != nil {
 			t.Fatal(err)
 		}
 		if got := remaining(t, l, PerHour(100), "a"); got != 100 {

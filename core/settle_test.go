@@ -27,7 +27,7 @@ func TestSettleLargeChargeNeverFree(t *testing.T) {
 		if err != nil || !taken.Allowed {
 			t.Fatalf("AllowN: %+v, %v", taken, err)
 		}
-		if _, err := l.Settle(ctx, taken, used, lim.For(key)); err != nil {
+		if _, err := l.Settle(ctx, taken, used); err != nil {
 			t.Fatalf("Settle(used %d): %v", used, err)
 		}
 		r, err := l.Allow(ctx, 1, lim.For(key))
@@ -58,7 +58,7 @@ func TestSettleLargeChargeDailyBucket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := l.Settle(ctx, taken, used, lim.For(key))
+		res, err := l.Settle(ctx, taken, used)
 		if err != nil {
 			t.Fatalf("Settle(used %d): %v", used, err)
 		}
@@ -88,13 +88,13 @@ func TestSettleNegativeUsed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := l.Settle(ctx, taken, -50, lim.For(key)); !errors.Is(err, ErrInvalidCost) {
+		if _, err := l.Settle(ctx, taken, -50); !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("%s: Settle(used -50) = %v, want ErrInvalidCost", a, err)
 		}
 		// The receipt as a decision under several Rules gives it: Settle's
 		// path for them.
 		several := Result{Allowed: true, Granted: taken.Granted, Rules: []Result{taken}}
-		if _, err := l.Settle(ctx, several, -50, lim.For(key)); !errors.Is(err, ErrInvalidCost) {
+		if _, err := l.Settle(ctx, several, -50); !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("%s: Settle(used -50) of a receipt of Rules = %v, want ErrInvalidCost", a, err)
 		}
 		r, err := l.Peek(ctx, lim.For(key))
@@ -107,10 +107,11 @@ func TestSettleNegativeUsed(t *testing.T) {
 	}
 }
 
-// Guards: "one of another key, Algorithm or layer is refused with
-// ErrInvalidCost" (Refund's godoc): a receipt of key a refunded on key b
-// gave b units it never took (150 admitted in a 100/min window).
-func TestReceiptOfAnotherStateRefused(t *testing.T) {
+// Guards: Result's "a receipt carries its Rules": a refund gives back to
+// the key it took from only (before, a receipt of key a refunded under
+// key b gave b units it never took: 150 admitted in a 100/min window),
+// and a Result made by hand, which names no Rule, is ErrInvalidCost.
+func TestReceiptGivesBackToItsOwnKey(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	ctx := context.Background()
 	for _, a := range Algorithms() {
@@ -128,63 +129,48 @@ func TestReceiptOfAnotherStateRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := l.Refund(ctx, taken, lim.For(b)); !errors.Is(err, ErrInvalidCost) {
-			t.Errorf("%s: Refund on another key = %v, want ErrInvalidCost", lim, err)
-		}
-		if _, err := l.Settle(ctx, taken, 0, lim.For(b)); lim.Algorithm != Concurrency && !errors.Is(err, ErrInvalidCost) {
-			t.Errorf("%s: Settle on another key = %v, want ErrInvalidCost", lim, err)
-		}
 		several := Result{Allowed: true, Granted: taken.Granted, Rules: []Result{taken}}
-		if err := l.Refund(ctx, several, lim.For(b)); !errors.Is(err, ErrInvalidCost) {
-			t.Errorf("%s: Refund of a receipt of Rules on another key = %v, want ErrInvalidCost", lim, err)
+		if err := l.Refund(ctx, several); !errors.Is(err, ErrInvalidCost) {
+			t.Errorf("%s: Refund of a hand-made receipt = %v, want ErrInvalidCost", lim, err)
+		}
+		if err := l.Refund(ctx, taken); err != nil {
+			t.Errorf("%s: Refund: %v", lim, err)
 		}
 		if r, err := l.Peek(ctx, lim.For(b)); err != nil || lim.Algorithm != Concurrency && r.Remaining != 0 {
-			t.Errorf("%s: key b after the refused refunds: %+v, %v; want 0 remaining", lim, r, err)
+			t.Errorf("%s: key b after a's refund: %+v, %v; want 0 remaining", lim, r, err)
 		}
-		// Its own key takes it.
-		if err := l.Refund(ctx, taken, lim.For(a)); err != nil {
-			t.Errorf("%s: Refund on its own key: %v", lim, err)
+		if r, err := l.Peek(ctx, lim.For(a)); err != nil || r.Remaining != lim.Capacity() {
+			t.Errorf("%s: key a after its refund: %+v, %v; want %d remaining", lim, r, err, lim.Capacity())
 		}
 	}
 }
 
-// Guards: the same across algorithms and layers of one key, and "A Limit
-// whose Rate, Period or Burst changed since the take still takes its
-// receipts" (Refund's godoc).
-func TestReceiptOfAnotherAlgorithmOrLayerRefused(t *testing.T) {
+// Guards: a receipt of one Rule of several is no receipt of another Rule
+// of its key, alone or with the Rules' receipts swapped (Result's "a
+// receipt whose Granted was changed is refused" and the check of layers).
+func TestReceiptOfAnotherLayerRefused(t *testing.T) {
 	_, _, l := miniLimiter(t)
 	ctx := context.Background()
-	tb, fw := PerMinute(100), with(PerMinute(100), FixedWindow)
-	taken, err := l.Allow(ctx, 1, tb.For("k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Refund(ctx, taken, fw.For("k")); !errors.Is(err, ErrInvalidCost) {
-		t.Errorf("Refund under another Algorithm = %v, want ErrInvalidCost", err)
-	}
-	if err := l.Refund(ctx, taken, PerMinute(200).For("k")); err != nil {
-		t.Errorf("Refund under a changed Rate = %v, want nil", err)
-	}
 	layers := []Rule{PerSecond(10).For("k2"), PerMinute(100).For("k2")}
 	res, err := l.Allow(ctx, 1, layers...)
 	if err != nil || !res.Allowed || !res.Rules[1].Allowed {
 		t.Fatalf("Allow under two Rules: %+v, %v", res, err)
 	}
 	lt := res.Rules
-	if err := l.Refund(ctx, lt[1], layers[1]); !errors.Is(err, ErrInvalidCost) {
+	if err := l.Refund(ctx, lt[1]); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("Refund of rule 1 as a plain Allow's = %v, want ErrInvalidCost", err)
 	}
 	swapped := res
 	swapped.Rules = []Result{lt[1], lt[0]}
-	if _, err := l.Settle(ctx, swapped, 5, layers...); !errors.Is(err, ErrInvalidCost) {
+	if _, err := l.Settle(ctx, swapped, 5); !errors.Is(err, ErrInvalidCost) {
 		t.Errorf("Settle with the Rules' receipts swapped = %v, want ErrInvalidCost", err)
 	}
-	if err := l.Refund(ctx, lt[0], layers[0]); err != nil {
+	if err := l.Refund(ctx, lt[0]); err != nil {
 		t.Errorf("Refund of rule 0 as a plain Allow's (the same state) = %v, want nil", err)
 	}
 	second := res
 	second.Rules = []Result{{}, lt[1]}
-	if err := l.Refund(ctx, second, layers...); err != nil {
+	if err := l.Refund(ctx, second); err != nil {
 		t.Errorf("Refund of rule 1 alone = %v, want nil", err)
 	}
 }
@@ -270,7 +256,7 @@ func sweepSettle(t *testing.T, l *Limiter, exact bool) {
 			if err != nil || !taken.Allowed {
 				t.Fatalf("%s: AllowN(%d) = %+v, %v", lim, granted, taken, err)
 			}
-			_, err = l.Settle(ctx, taken, used, lim.For(key))
+			_, err = l.Settle(ctx, taken, used)
 			if used < 0 {
 				if !errors.Is(err, ErrInvalidCost) {
 					t.Errorf("%s: Settle(used %d) = %v, want ErrInvalidCost", lim, used, err)
@@ -331,7 +317,7 @@ func TestSettleLayersSweep(t *testing.T) {
 			if err != nil || !taken.Allowed || !taken.Rules[0].Allowed {
 				t.Fatalf("set %d: Allow = %+v, %v", si, taken, err)
 			}
-			if _, err := l.Settle(ctx, taken, used, rules...); err != nil {
+			if _, err := l.Settle(ctx, taken, used); err != nil {
 				t.Errorf("set %d: Settle(used %d): %v", si, used, err)
 				continue
 			}
@@ -430,17 +416,17 @@ func TestReceiptBindsAmountLimiterAndDecision(t *testing.T) {
 		{"a denial's", l, denied},
 		{"a Peek's", l, peek},
 	} {
-		if err := c.l.Refund(ctx, c.r, rule); !errors.Is(err, ErrInvalidCost) {
+		if err := c.l.Refund(ctx, c.r); !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("Refund of %s receipt: %v, want ErrInvalidCost", c.name, err)
 		}
-		if _, err := c.l.Settle(ctx, c.r, 0, rule); !errors.Is(err, ErrInvalidCost) {
+		if _, err := c.l.Settle(ctx, c.r, 0); !errors.Is(err, ErrInvalidCost) {
 			t.Errorf("Settle of %s receipt: %v, want ErrInvalidCost", c.name, err)
 		}
 	}
 	if got := remaining(t, l, lim, "k"); got != 1 {
 		t.Errorf("after the refused receipts %d left, want 1", got)
 	}
-	if err := l.Refund(ctx, taken, rule); err != nil || remaining(t, l, lim, "k") != 2 {
+	if err := l.Refund(ctx, taken); err != nil || remaining(t, l, lim, "k") != 2 {
 		t.Errorf("the receipt as returned: %v, %d left; want 2", err, remaining(t, l, lim, "k"))
 	}
 }

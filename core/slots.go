@@ -58,9 +58,6 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && parts[i].foreign(l.prefix, rules[i].Key, lim.row(), s.index[i]) {
 				return fmt.Errorf("rule %d: %w", i, errForeignReceipt)
 			}
-			if mode == modeRefund && parts[i].staleWindow(lim) {
-				continue
-			}
 			if lim.Algorithm == Concurrency {
 				rq.id = parts[i].stamp
 			} else {
@@ -104,7 +101,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	for j, i := range pos[:k] {
 		out[i], s.asked[i] = sub[j], true
 		if sub[j].Granted > 0 && mode == modeConsume {
-			out[i].owner, out[i].period = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted), pl.layers[j].windowPeriod()
+			out[i].owner = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted)
 		}
 	}
 	return nil

@@ -159,17 +159,21 @@ const maxOwed = 1 << 40
 // they fitted.
 func (s *Server) owe(ctx context.Context, it *item) (bool, error) {
 	n := int(min(it.cost, maxOwed))
+	var res core.Result // a denial's or a Peek's: Settle charges all of n
+	var err error
 	if it.cost <= uint64(it.lim.rule.Capacity()) {
-		res, err := s.limiter.Allow(ctx, n, it.rule)
-		if err != nil {
-			return false, err
-		}
-		if res.Allowed {
-			it.how, it.res = decided, res
-			return true, nil
-		}
+		res, err = s.limiter.Allow(ctx, n, it.rule)
+	} else {
+		res, err = s.limiter.Peek(ctx, it.rule)
 	}
-	owed, err := s.limiter.Settle(context.WithoutCancel(ctx), core.Result{}, n, it.rule)
+	if err != nil {
+		return false, err
+	}
+	if res.Allowed && res.Granted > 0 {
+		it.how, it.res = decided, res
+		return true, nil
+	}
+	owed, err := s.limiter.Settle(context.WithoutCancel(ctx), res, n)
 	if err != nil {
 		return false, err
 	}
@@ -204,7 +208,6 @@ func merge(items []item) {
 // txn is what a request took so far, to give back if it is refused.
 type txn struct {
 	took []core.Result
-	of   [][]core.Rule
 	by   [][]int // the items of each call
 }
 
@@ -238,7 +241,7 @@ func (t *txn) run(ctx context.Context, l *core.Limiter, items []item, idx []int)
 			return false, nil
 		}
 		if res.Granted > 0 {
-			t.took, t.of, t.by = append(t.took, res), append(t.of, rules), append(t.by, part)
+			t.took, t.by = append(t.took, res), append(t.by, part)
 		}
 	}
 	return true, nil
@@ -250,7 +253,7 @@ func (t *txn) run(ctx context.Context, l *core.Limiter, items []item, idx []int)
 func (t *txn) undo(ctx context.Context, l *core.Limiter, items []item) {
 	ctx = context.WithoutCancel(ctx)
 	for c := range t.took {
-		if l.Refund(ctx, t.took[c], t.of[c]...) != nil {
+		if l.Refund(ctx, t.took[c]) != nil {
 			continue // the windows' units lapse with them
 		}
 		for _, i := range t.by[c] {

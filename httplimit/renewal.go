@@ -28,7 +28,6 @@ var ErrPermitLost = errors.New("httplimit: InFlight permit lost")
 // that the key's requests in flight never outnumber its permits.
 type renewal struct {
 	p     *Policy
-	rules []core.Rule
 	taken core.Result // the permit's alone
 	lease time.Duration
 
@@ -46,7 +45,7 @@ type renewal struct {
 // newRenewal starts renewing d's permit, taken no earlier than start.
 func newRenewal(d *Decision, start time.Time) *renewal {
 	p := d.policy
-	r := &renewal{p: p, rules: d.rules, taken: d.permit(), lease: p.inflight.Period}
+	r := &renewal{p: p, taken: d.permit(), lease: p.inflight.Period}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// Redis counted the permit's lease from an instant after start.
@@ -75,7 +74,7 @@ func (r *renewal) renew() {
 	r.mu.Unlock()
 	sent := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), r.lease/2)
-	res, err := r.p.limiter.Renew(ctx, r.taken, r.rules...)
+	res, err := r.p.limiter.Renew(ctx, r.taken)
 	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -146,10 +146,10 @@ func (d *Decision) finish(status int) {
 	}
 	switch {
 	case refund:
-		_ = p.limiter.Refund(ctx, d.taken, d.rules...)
+		_ = p.limiter.Refund(ctx, d.taken)
 	default:
 		if used >= 0 {
-			_, _ = p.limiter.Settle(ctx, d.taken, int(used), d.rules...)
+			_, _ = p.limiter.Settle(ctx, d.taken, int(used))
 		}
 		if d.holdsPermit() {
 			d.givePermitBack(ctx)
@@ -160,12 +160,17 @@ func (d *Decision) finish(status int) {
 // permit is d's receipt of its InFlight permit alone: what a Refund or a
 // Renew of d's rules gives back or keeps.
 func (d *Decision) permit() core.Result {
+	if d.taken.Rules == nil {
+		return d.taken // the permit is the one Rule
+	}
 	parts := make([]core.Result, len(d.layers))
 	parts[len(parts)-1] = d.layers[len(d.layers)-1].Result
-	return core.Result{Rules: parts}
+	r := d.taken
+	r.Rules = parts
+	return r
 }
 
 // givePermitBack gives back the InFlight permit d's rules took.
 func (d *Decision) givePermitBack(ctx context.Context) {
-	_ = d.policy.limiter.Refund(ctx, d.permit(), d.rules...)
+	_ = d.policy.limiter.Refund(ctx, d.permit())
 }

@@ -44,7 +44,7 @@ func TestEveryAlgorithmHasAShape(t *testing.T) {
 			if got := second.Delay > 0; got != s.queues {
 				t.Errorf("queues %v, but the second request's Delay is %v", s.queues, second.Delay)
 			}
-			_, err = l.Renew(ctx, first, lim.For("k"))
+			_, err = l.Renew(ctx, first)
 			if got := err == nil; got != s.permits {
 				t.Errorf("permits %v, but Renew of a request's Result: %v", s.permits, err)
 			}

@@ -104,7 +104,7 @@ func (t *Transport) charge(ctx context.Context, key string, d time.Duration) err
 		if i == maxCharges {
 			return fmt.Errorf("the next request would still wait less than %v after %d charges", d, maxCharges)
 		}
-		if _, err := t.limiter.Settle(ctx, core.Result{}, units, t.limit.For(key)); err != nil {
+		if _, err := t.limiter.Settle(ctx, r, units); err != nil {
 			return err
 		}
 	}

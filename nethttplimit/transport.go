@@ -222,7 +222,7 @@ func (t *Transport) admit(req *http.Request) (string, error) {
 
 // give returns the units of r, taken for a request that is not sent.
 func (t *Transport) give(ctx context.Context, key string, r core.Result) {
-	if err := t.limiter.Refund(context.WithoutCancel(ctx), r, t.limit.For(key)); err != nil {
+	if err := t.limiter.Refund(context.WithoutCancel(ctx), r); err != nil {
 		t.warn("could not give back the units of a request not sent", key, 0, err)
 	}
 }

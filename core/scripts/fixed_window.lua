@@ -230,7 +230,15 @@ end
 function fw.decide(st, p, n, mode, stamp)
   -- (A stamp beyond the tags is the clock of a call of several layers.)
   if mode == REFUND and stamp > FW_TAGS then stamp = fw_tag(p, stamp, fw_offset(p, st.key)) end
-  local granted, count = window_grant(st.count, p, n, mode, st.ahead, st.found and not st.ahead and stamp == st.tag)
+  local refundable = st.found and not st.ahead and stamp == st.tag
+  if refundable and mode == REFUND then
+    -- The state may be another Period's (the Limit changed since the
+    -- take), its tag the receipt's by a wrap: the take's window must also
+    -- be the clock's under the receipt's own Period.
+    if clock == 0 then now() end
+    refundable = stamp == fw_tag(p, clock, fw_offset(p, st.key))
+  end
+  local granted, count = window_grant(st.count, p, n, mode, st.ahead, refundable)
   if count ~= st.count or st.dirty then
     st.count, st.dirty = count, true
     if mode == CHARGE and count > p.rate then fw_carry(st, p) end
