@@ -1465,7 +1465,7 @@ func (h *latency) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 // TestBatchAttackPoisonKeySlowNetwork: a 1 ms round trip (a Redis across
-// a network), the default 50 ms timeout, and 100 callers batched with one
+// a network), a patient timeout, and 100 callers batched with one
 // key that holds "abc". Whatever the batch does about the poisoned key,
 // the 99 innocent callers must not fail as if Redis were down
 // (ErrUnavailable), and the circuit breaker must stay closed for the

@@ -204,7 +204,7 @@ func TestRequestErrorsLeaveTheBreakerClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.breaker.span = 0 // the default breaker, its span of two timeouts not waited out
+	l.breaker.span = 0 // the default breaker, its span of a cool-down not waited out
 	lim := PerMinute(10)
 	keyOf := func(key string) string {
 		return stateKeys(nil, l.prefix, escapeTag(key), lim.row(), 0)[0]
@@ -273,5 +273,39 @@ func TestRedisFaultReplies(t *testing.T) {
 				t.Errorf("redisFault(%q) = %v, want %v", err, got, tt.want)
 			}
 		}
+	}
+}
+
+// TestBreakerIgnoresShortStalls backs docs/operations.md ("The timeout"):
+// with the default timeout (100 ms) and breaker (5 failures over two
+// timeouts, 500 ms), a stall's burst of timeouts spread over 120 ms (Redis
+// paused 120 ms of every 300 ms, issue 34) leaves the circuit closed, so
+// every call still reaches Redis, which counts it; failures spread over a
+// cool-down open it. At the former default of 50 ms the stall opened the
+// circuit for 500 ms at a time, whose fallback decisions Redis never
+// counted, and the net/http example served 1.098 x its limit.
+func TestBreakerIgnoresShortStalls(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	l := opsNew(t, rdb)
+	b := &l.breaker
+	ctx := context.Background()
+	timeout := context.DeadlineExceeded
+	start := time.Unix(1e9, 0)
+	for cycle := range 3 {
+		t0 := start.Add(time.Duration(cycle) * 300 * time.Millisecond)
+		for ms := 50; ms <= 170; ms += 2 { // the stalled calls time out from 50 ms to 170 ms
+			b.record(ctx, timeout, t0.Add(time.Duration(ms)*time.Millisecond))
+		}
+		if !b.allow(t0.Add(171 * time.Millisecond)) {
+			t.Fatalf("cycle %d: the circuit opened on a stall of 120 ms", cycle)
+		}
+		b.record(ctx, nil, t0.Add(200*time.Millisecond)) // Redis answers again
+	}
+	t0 := start.Add(time.Second)
+	for ms := 0; ms <= 500; ms += 10 {
+		b.record(ctx, timeout, t0.Add(time.Duration(ms)*time.Millisecond))
+	}
+	if b.allow(t0.Add(501 * time.Millisecond)) {
+		t.Errorf("failures over a whole cool-down left the circuit closed")
 	}
 }

@@ -71,7 +71,7 @@ func TestFunctionsLoadRetriedAfterAPassingFailure(t *testing.T) {
 // and scripts decide.
 func TestFunctionsRefusedWaitAMinute(t *testing.T) {
 	_, rdb := redistest.Mini(t)
-	// miniredis compiles the script's Lua slowly, beyond the default 50ms
+	// miniredis compiles the script's Lua slowly, beyond the default 100ms
 	// on a busy machine; the timeout is not what this test is about.
 	l := opsNew(t, rdb, WithTimeout(time.Minute))
 	deadline := time.Now().Add(5 * time.Second)

@@ -34,7 +34,7 @@ type fallbackConfig struct{ instances, maxKeys int }
 func defaultConfig() config {
 	return config{
 		prefix:          "ratelimit",
-		timeout:         50 * time.Millisecond,
+		timeout:         100 * time.Millisecond,
 		breakerFailures: 5,
 		breakerCooldown: 500 * time.Millisecond,
 		log:             slog.Default,
@@ -75,7 +75,8 @@ func WithPrefix(prefix string) Option {
 // deadline rather than a timer each). A caller that gives up while its
 // decision is queued for a batch leaves at once; while its call is on the
 // wire, with the reply or at d. 0 leaves only the caller's context.
-// Default: 50ms (a healthy Redis answers in well under a millisecond).
+// Default: 100ms: a healthy Redis answers in well under a millisecond, and
+// a busy host or a short stall fits (docs/operations.md, "The timeout").
 func WithTimeout(d time.Duration) Option {
 	return func(c *config) {
 		if d < 0 {

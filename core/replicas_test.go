@@ -28,7 +28,7 @@ func TestWithReplicaAcksOptions(t *testing.T) {
 		{"no replica", []Option{WithReplicaAcks(0, 10*time.Millisecond)}, "want replicas >= 1"},
 		{"no timeout: WAIT 0 would block for ever", []Option{WithReplicaAcks(1, 0)}, "a timeout of 1ms or more"},
 		{"below a ms", []Option{WithReplicaAcks(1, 999*time.Microsecond)}, "a timeout of 1ms or more"},
-		{"the Limiter's timeout, by default 50ms", []Option{WithReplicaAcks(1, 50*time.Millisecond)}, "below the Limiter's timeout"},
+		{"the Limiter's timeout, by default 100ms", []Option{WithReplicaAcks(1, 100*time.Millisecond)}, "below the Limiter's timeout"},
 		{"above the Limiter's timeout", []Option{WithTimeout(time.Second), WithReplicaAcks(1, 2*time.Second)}, "below the Limiter's timeout"},
 		{"the timeout set after", []Option{WithReplicaAcks(1, 200*time.Millisecond), WithTimeout(100 * time.Millisecond)}, "below the Limiter's timeout"},
 		{"below the default timeout", []Option{WithReplicaAcks(2, 20*time.Millisecond)}, ""},

@@ -63,7 +63,7 @@ func (r *Redis) Client() *redis.Client { return r.rdb }
 // it is made: no logger (core.WithLogger(nil)); no circuit breaker
 // (core.WithBreaker(0, 0)), so decisions succeed again as soon as Up is
 // called; a timeout of 5s (core.WithTimeout), since an in-process Lua
-// under -race on a busy machine can be slower than the 50ms a real Redis
+// under -race on a busy machine can be slower than the 100ms a real Redis
 // is given; and r's clock as the application clock, so
 // calendar Limits find their windows on it. Options given here come after those and override them.
 // An invalid option fails the test.

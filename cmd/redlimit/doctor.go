@@ -215,9 +215,9 @@ func latencyFinding(ctx context.Context, rdb redis.UniversalClient) finding {
 	}
 	slices.Sort(rtts)
 	f := finding{"latency", "ok", fmt.Sprintf("PING min %v, median %v, max %v", rtts[0].Round(time.Microsecond),
-		rtts[2].Round(time.Microsecond), rtts[4].Round(time.Microsecond)), "well within the Limiter's timeout (core.WithTimeout, default 50ms)"}
+		rtts[2].Round(time.Microsecond), rtts[4].Round(time.Microsecond)), "well within the Limiter's timeout (core.WithTimeout, default 100ms)"}
 	if rtts[2] > 10*time.Millisecond {
-		f.Status, f.Meaning = "warn", "slow: a decision is about one round trip; keep core.WithTimeout (default 50ms) well above it"
+		f.Status, f.Meaning = "warn", "slow: a decision is about one round trip; keep core.WithTimeout (default 100ms) well above it"
 	}
 	return f
 }

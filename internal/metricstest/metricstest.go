@@ -37,7 +37,7 @@ func PolicyRun(t *testing.T, obs httplimit.Observer, s Series, read func(t *test
 	mr, rdb := redistest.Mini(t)
 	// A patient timeout: the first call loads the script into miniredis'
 	// Lua, which under -race on a busy machine can outlast the default
-	// 50ms. Redis closed fails at once (connection refused). The local
+	// 100ms. Redis closed fails at once (connection refused). The local
 	// fallback is off: the failed-open series is what this checks.
 	l, err := core.New(rdb, core.WithLogger(nil), core.WithTimeout(5*time.Second), core.WithLocalFallback(0, 0))
 	if err != nil {

@@ -20,7 +20,7 @@ import (
 )
 
 // TestTimedOutDecisionKeepsTheLimit is issue 34's finding 2: with the
-// default settings (50 ms timeout, FailOpen), a key Redis has refused, then
+// default settings (then a 50 ms timeout, FailOpen), a key Redis has refused, then
 // Redis stopped (SIGSTOP): every request timed out and was served with no
 // limit (50 of 50 here). Now the local fallback decides, and it knows that
 // Redis refused the key: 0 of 50 are served.

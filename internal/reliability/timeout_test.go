@@ -14,10 +14,10 @@ import (
 )
 
 // defaultTimeout is the Limiter's timeout without WithTimeout.
-const defaultTimeout = 50 * time.Millisecond
+const defaultTimeout = 100 * time.Millisecond
 
 // latencyBound is what a decision may cost when Redis does not answer: the
-// Limiter's timeout (50 ms by default) plus a generous margin for a loaded
+// Limiter's timeout (100 ms by default) plus a generous margin for a loaded
 // 2-core CI machine under -race.
 const latencyBound = 500 * time.Millisecond
 
