@@ -685,7 +685,7 @@ func TestAllowLayersConcurrentNeverOverAdmits(t *testing.T) {
 
 // opsPatient is the timeout of limiters in tests that check decisions, not
 // latency: CI runs every package's tests at once on two cores, where a
-// healthy Redis can take longer than the 50 ms default to answer.
+// healthy Redis can take longer than the 100 ms default to answer.
 var opsPatient = WithTimeout(5 * time.Second)
 
 // TestLayersPermitWhateverTheCost: under layers, a Concurrency layer holds

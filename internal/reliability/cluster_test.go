@@ -405,9 +405,9 @@ func voteGap(t *testing.T, c *redis.Client) time.Duration {
 // exact on the new master.
 //
 // It runs twice, failing over and then back, so the cluster is left as it
-// was found. First with the defaults (50ms timeout, breaker): the failover
+// was found. First with the defaults (100ms timeout, breaker): the failover
 // costs some timeouts, which the breaker turns into a cool-down of fast
-// failures; on a loaded machine the 50ms timeout fires now and then anyway,
+// failures; on a loaded machine the timeout fires now and then anyway,
 // so this run only logs its error window. Then with a 1s timeout and no
 // breaker, where every call must succeed except, at most, during a short
 // window around the failover (in practice none fails: the failover blocks
