@@ -162,6 +162,9 @@ func TestErrorsClassifiedOnce(t *testing.T) {
 			if c.n != 0 && !e.costs || c.limit != nil && !e.limits {
 				continue
 			}
+			if c.key == "" && (e.name == "Refund" || e.name == "Renew") {
+				continue // they take a receipt, whose key is its decision's
+			}
 			t.Run(c.name+"/"+e.name, func(t *testing.T) {
 				l, ctx := c.setup(t)
 				lim, n := e.limit, 1

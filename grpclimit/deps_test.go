@@ -40,7 +40,7 @@ var grpcModules = []string{"google.golang.org/grpc", "google.golang.org/genproto
 // and its observers, and httplimit's key formation (see
 // internal/deps' coreHooks).
 var linked = []string{"grpclimit", "core", "httplimit",
-	"internal/inspect", "internal/observe", "internal/keyspace"}
+	"internal/inspect", "internal/observe", "internal/keyspace", "internal/clock", "internal/adapt"}
 
 // TestDependencies: grpclimit links only core, httplimit, go-redis, gRPC
 // and the standard library's kin, never another framework, a metrics SDK

@@ -52,7 +52,7 @@ func noFields(t *testing.T, where string, md metadata.MD) {
 
 // wantFields checks the x-ratelimit-* fields in md: the limit, what
 // remains, and a reset in the next period (epoch seconds, rounded up).
-func wantFields(t *testing.T, where string, md metadata.MD, limit, remaining string, period time.Duration) {
+func wantFields(t *testing.T, b *backend, where string, md metadata.MD, limit, remaining string, period time.Duration) {
 	t.Helper()
 	if got := one(t, md, "x-ratelimit-limit"); got != limit {
 		t.Errorf("%s: x-ratelimit-limit %q, want %q", where, got, limit)
@@ -61,7 +61,7 @@ func wantFields(t *testing.T, where string, md metadata.MD, limit, remaining str
 		t.Errorf("%s: x-ratelimit-remaining %q, want %q", where, got, remaining)
 	}
 	reset, err := strconv.ParseInt(one(t, md, "x-ratelimit-reset"), 10, 64)
-	if now := time.Now().Unix(); err != nil || reset < now || reset > now+int64(period/time.Second)+1 {
+	if now := b.now().Unix(); err != nil || reset < now || reset > now+int64(period/time.Second)+1 {
 		t.Errorf("%s: x-ratelimit-reset %v (%v), want epoch seconds within %v of %d", where, reset, err, period, now)
 	}
 }
@@ -97,12 +97,12 @@ func TestUnary(t *testing.T) {
 			if a.code != codes.OK {
 				t.Fatalf("got %v, want OK", a)
 			}
-			wantFields(t, "header", a.header, "2", remaining, time.Minute)
+			wantFields(t, b, "header", a.header, "2", remaining, time.Minute)
 			noFields(t, "the trailer of an allowed call", a.trailer)
 		}
 		a := check(t, c, "")
 		wantDenied(t, b, a, 30*time.Second)
-		wantFields(t, "trailer", a.trailer, "2", "0", time.Minute)
+		wantFields(t, b, "trailer", a.trailer, "2", "0", time.Minute)
 	})
 }
 
@@ -119,11 +119,11 @@ func TestStream(t *testing.T) {
 			if a.code != codes.OK {
 				t.Fatalf("got %v, want OK", a)
 			}
-			wantFields(t, "header", a.header, "2", remaining, time.Minute)
+			wantFields(t, b, "header", a.header, "2", remaining, time.Minute)
 		}
 		a, _ := watch(t, c)
 		wantDenied(t, b, a, 30*time.Second)
-		wantFields(t, "trailer", a.trailer, "2", "0", time.Minute)
+		wantFields(t, b, "trailer", a.trailer, "2", "0", time.Minute)
 	})
 }
 
@@ -494,7 +494,7 @@ func TestCompose(t *testing.T) {
 		if a.code != codes.OK {
 			t.Fatalf("got %v, want OK", a)
 		}
-		wantFields(t, "header", a.header, "2", "1", time.Minute)
+		wantFields(t, b, "header", a.header, "2", "1", time.Minute)
 		if got, want := one(t, a.header, "ratelimit-policy"), `"a";q=5;w=60, "b";q=2;w=60`; got != want {
 			t.Errorf("ratelimit-policy %q, want %q", got, want)
 		}
@@ -503,10 +503,10 @@ func TestCompose(t *testing.T) {
 		if st.code != codes.OK {
 			t.Fatalf("stream: %v, want OK", st)
 		}
-		wantFields(t, "stream header", st.header, "2", "0", time.Minute)
+		wantFields(t, b, "stream header", st.header, "2", "0", time.Minute)
 		a = check(t, c, "")
 		wantDenied(t, b, a, 30*time.Second)
-		wantFields(t, "trailer", a.trailer, "2", "0", time.Minute)
+		wantFields(t, b, "trailer", a.trailer, "2", "0", time.Minute)
 		state := one(t, a.trailer, "ratelimit")
 		if !strings.HasPrefix(state, `"a";r=2;t=`) || !strings.Contains(state, `, "b";r=0;t=30`) && b.exact() {
 			t.Errorf("ratelimit trailer %q, want a's member then b's refusal", state)
@@ -535,10 +535,10 @@ func TestCheck(t *testing.T) {
 			if a.code != codes.OK {
 				t.Fatalf("got %v, want OK", a)
 			}
-			wantFields(t, "header", a.header, "10", "4", time.Minute)
+			wantFields(t, b, "header", a.header, "10", "4", time.Minute)
 			a = check(t, c, "6")
 			wantDenied(t, b, a, 12*time.Second)
-			wantFields(t, "trailer", a.trailer, "10", "4", time.Minute)
+			wantFields(t, b, "trailer", a.trailer, "10", "4", time.Minute)
 		})
 	}
 }
@@ -557,7 +557,7 @@ func TestHeadersSentByHandler(t *testing.T) {
 		t.Fatalf("got %v (header %v), want OK with the handler's header", a, a.header)
 	}
 	noFields(t, "header", a.header)
-	wantFields(t, "trailer", a.trailer, "2", "1", time.Minute)
+	wantFields(t, b, "trailer", a.trailer, "2", "1", time.Minute)
 }
 
 // TestCanceled: a call whose context ends during its LeakyBucket wait is

@@ -58,6 +58,15 @@ type backend struct {
 
 func (b *backend) exact() bool { return b.mr != nil }
 
+// now is the decisions' clock, which the fields count from: Redis' (a
+// miniredis stands still at redistest.Epoch).
+func (b *backend) now() time.Time {
+	if b.mr != nil {
+		return redistest.Epoch
+	}
+	return time.Now()
+}
+
 // newMini is a miniredis of the test's own, its clock standing still at
 // redistest.Epoch.
 func newMini(t *testing.T, timeout time.Duration) *backend {

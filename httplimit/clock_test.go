@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/clock"
 	"github.com/redlimit/redlimit/redlimittest"
 )
 
@@ -41,12 +42,12 @@ func TestHeadersOnTheLimiterClock(t *testing.T) {
 
 // TestHeadersOnTheDecisionClock backs "One clock" (core.Result.At): the
 // headers take their time from the decision, Redis' TIME, not from this
-// process' clock nor the Limiter's (WithClock, set here a year away from
+// process' clock nor the Limiter's (its clock, set here a year away from
 // both).
 func TestHeadersOnTheDecisionClock(t *testing.T) {
 	r := redlimittest.Start(t)
 	r.Advance(90 * 24 * time.Hour)
-	l := r.NewLimiter(core.WithClock(func() time.Time { return redlimittest.Epoch.AddDate(-1, 0, 0) }))
+	l := r.NewLimiter(clock.With[core.Option](func() time.Time { return redlimittest.Epoch.AddDate(-1, 0, 0) }))
 	for _, a := range []core.Algorithm{core.TokenBucket, core.SlidingWindow, core.SlidingWindowCounter, core.LeakyBucket} {
 		lim := core.PerMinute(6)
 		lim.Algorithm = a

@@ -23,6 +23,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/redistest"
 )
 
 // Req is what the framework-typed hooks of a scenario read. Each adapter
@@ -317,8 +318,9 @@ func (w Want) check(t *testing.T, step string, resp *http.Response, body string,
 }
 
 // checkReset checks X-RateLimit-Reset: Unix epoch seconds when the quota is
-// whole again, rounded up. On miniredis the clock stands still, so the
-// value is exact; on real Redis time moves between steps, by at most slack.
+// whole again, rounded up. On miniredis the clock stands still at
+// redistest.Epoch, so the value is exact; on real Redis time moves between
+// steps, by at most slack.
 func (w Want) checkReset(t *testing.T, step, got string, present bool, before, after time.Time, exact bool) {
 	t.Helper()
 	switch {
@@ -339,7 +341,10 @@ func (w Want) checkReset(t *testing.T, step, got string, present bool, before, a
 		return
 	}
 	slack := time.Duration(0)
-	if !exact {
+	if exact {
+		// The headers count from the decision's instant, Redis' clock.
+		before, after = redistest.Epoch, redistest.Epoch
+	} else {
 		slack = 2 * time.Second
 	}
 	lo, hi := ceilUnix(before.Add(w.ResetIn-slack)), ceilUnix(after.Add(w.ResetIn))

@@ -57,8 +57,8 @@ var packages = []struct {
 	// YAML parser for envoyproxy/ratelimit's configuration), in a module of its own.
 	{"envoylimit", "envoylimit", envoyDeps, []string{"core"}},
 	// The CLI is a module of its own, so that its Envoy service's protos reach
-	// no user of the middleware.
-	{"cmd/redlimit", "cmd/redlimit", envoyDeps, []string{"core", "envoylimit", "internal/inspect", "internal/keyspace"}},
+	// no user of the middleware. serve's /metrics are prommetrics' series.
+	{"cmd/redlimit", "cmd/redlimit", envoyDeps, []string{"core", "envoylimit", "httplimit", "prommetrics", "internal/inspect", "internal/keyspace"}},
 }
 
 var envoyDeps = []string{"github.com/envoyproxy/", "google.golang.org/grpc", "google.golang.org/genproto",
