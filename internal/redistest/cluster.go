@@ -54,14 +54,16 @@ func StartCluster(t testing.TB) []*Server {
 			return admins[i].Do(ctx, "CLUSTER", "REPLICATE", id).Err() == nil
 		})
 	}
-	waitCluster(ctx, t, "the Cluster's state to be ok, each master with its replica", func() bool {
+	// A replica counts for WAIT once its first sync is done (state=online),
+	// not when it connects (TestReplicaAcksCluster failed in between).
+	waitCluster(ctx, t, "the Cluster's state to be ok, each master with its replica online", func() bool {
 		for i, a := range admins {
 			info, err := a.ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
 				return false
 			}
 			if i < masters {
-				if r, err := a.Info(ctx, "replication").Result(); err != nil || !strings.Contains(r, "connected_slaves:1") {
+				if r, err := a.Info(ctx, "replication").Result(); err != nil || !strings.Contains(r, "connected_slaves:1") || !strings.Contains(r, "state=online") {
 					return false
 				}
 			}
