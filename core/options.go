@@ -184,7 +184,8 @@ func init() { clock.SetWith(withClock) }
 // hold to Redis' own clock, within a window either way): for tests that
 // move Redis' clock (redlimittest does, through clock.With), so the two
 // agree. Decisions are timed by Redis alone; the deny cache, leases and
-// the local fallback keep the process' own clock. Default: time.Now.
+// the local fallback keep the process' own clock, and Result.At reads this
+// one where Redis' is not known. Default: time.Now.
 func withClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now == nil {

@@ -50,10 +50,11 @@ type Result struct {
 	// plus the lease's own units.
 	Leased bool
 	// At is the instant of the decision, from which RetryAfter, ResetAfter
-	// and Delay count: Redis' clock (its TIME), or the Limiter's
-	// (WithClock) for decisions made here (Cached, Fallback, Leased) and
-	// for a FixedWindow over a Period alone, which reads its key's expiry
-	// instead. Response headers take their time from it.
+	// and Delay count: Redis' clock (its TIME), or the Limiter's own (the
+	// process', or redlimittest's) for decisions made here (Cached,
+	// Fallback, Leased) and for a FixedWindow over a Period alone, which
+	// reads its key's expiry instead. Response headers take their time
+	// from it.
 	At time.Time
 	// Rules holds, for a decision under several Rules, one Result per
 	// Rule, in their order, each saying what its Rule alone decided (and,
