@@ -70,13 +70,13 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // Refund gives back what taken (the Result of a call that admitted a
 // request) took but did not use: the request failed, or should not count.
 // A refund leaves the state the key would have had if the units had never
-// been taken (TestGiveBackRestoresSweep). For Concurrency, Refund gives
-// the permit back. Zero a Rule's Result in taken.Rules to leave that Rule
-// alone.
+// been taken (TestGiveBackRestoresSweep; a bucket others took from since
+// gets back less, never more). For Concurrency, Refund gives the permit
+// back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
 //
-// Refund or settle a receipt once. After an error, a retry with the same
-// receipt is safe: it gives nothing back twice (TestRetryGivesNothingTwice).
-// See docs/limits.md#receipts.
+// Refund or settle a receipt once. A retry after an error gives nothing
+// back twice for a receipt of several Rules (TestRetryGivesNothingTwice);
+// for one Rule's, see docs/limits.md#receipts.
 func (l *Limiter) Refund(ctx context.Context, taken Result) (err error) {
 	var one [1]Rule
 	rules := taken.rules(&one)
