@@ -102,6 +102,10 @@ local function run(keys, args)
           stamp = tonumber(args[a])
           a = a + 1
         end
+        if mode == REFUND then
+          id = tonumber(args[a]) -- the take's level (a bucket's), see tb.decide
+          a = a + 1
+        end
         if ids then
           id = args[a]
           a = a + 1
@@ -177,6 +181,10 @@ local function one(keys, args)
   if mode == REFUND or mode == RENEW then
     a = 3
     stamp = tonumber(args[3])
+  end
+  if mode == REFUND then
+    a = 4
+    id = tonumber(args[4]) -- the take's level (a bucket's), see tb.decide
   end
   local vals = vals1
   if A.ids then
