@@ -214,7 +214,7 @@ func TestRealGiveBackRestores(t *testing.T) {
 // give-back when others took from the key between the take and it: the
 // key ends at most min(n, the refill since the take) units below the state
 // it would have had without the take, and never above it (the units given
-// back never fund more than the Limit: TestCountIfBankingAttack); a token
+// back never fund more than the Limit: TestCountIfBankingAttack); a
 // bucket whose take's level plus the refill since stays n below its
 // capacity loses nothing (without the level a refund sends, it loses the
 // refill). "a" and
@@ -260,7 +260,7 @@ func TestGiveBackContendedBound(t *testing.T) {
 						lost := r.Rules[1].Remaining - r.Rules[0].Remaining
 						refill := int((dt*time.Duration(lim.Rate) + lim.Period - 1) / lim.Period)
 						most := min(n, refill)
-						if a == TokenBucket && taken.Remaining+1+refill <= lim.Capacity()-n {
+						if taken.Remaining+1+refill <= lim.Capacity()-n {
 							most = 0 // the take's level bounds the bucket below where the cap bites
 						}
 						if lost < 0 || lost > most {

@@ -11,8 +11,9 @@
 --        (see limit in the prelude); then for each caller key, in the order
 --        of KEYS, its requests: code = n * 8 + mode (n units, mode as the
 --        prelude names them), negated when the key's next request follows
---        it, then the stamp of the take for REFUND and RENEW, then the
---        permit id when a layer's algorithm has ids (Concurrency)
+--        it, then the stamp of the take for REFUND and RENEW, then for
+--        REFUND 1 + the units its take left (0: unknown; see tb.decide),
+--        then the permit id when a layer's algorithm has ids (Concurrency)
 -- Reply  clock (Redis TIME, µs: the stamp of every decision of the call,
 --        which a REFUND names; 0 when no layer needed it, see own), then for
 --        each request, for each layer, five integers: granted units (0: this
