@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -213,7 +214,10 @@ func TestRealGiveBackRestores(t *testing.T) {
 // give-back when others took from the key between the take and it: the
 // key ends at most min(n, the refill since the take) units below the state
 // it would have had without the take, and never above it (the units given
-// back never fund more than the Limit: TestCountIfBankingAttack). "a" and
+// back never fund more than the Limit: TestCountIfBankingAttack); a
+// bucket whose take's level plus the refill since stays n below its
+// capacity loses nothing (without the level a refund sends, it loses the
+// refill). "a" and
 // "twin" share every take but a's n; the others' takes hit both in one
 // call. Without the strict rule (giving back min(C, level + n) whatever
 // was written since), "a" ends above its twin when the bucket would have
@@ -254,7 +258,11 @@ func TestGiveBackContendedBound(t *testing.T) {
 							t.Fatal(err)
 						}
 						lost := r.Rules[1].Remaining - r.Rules[0].Remaining
-						most := min(n, int((dt*time.Duration(lim.Rate)+lim.Period-1)/lim.Period))
+						refill := int((dt*time.Duration(lim.Rate) + lim.Period - 1) / lim.Period)
+						most := min(n, refill)
+						if taken.Remaining+1+refill <= lim.Capacity()-n {
+							most = 0 // the take's level bounds the bucket below where the cap bites
+						}
 						if lost < 0 || lost > most {
 							t.Errorf("a ends %d units below its twin, want 0 to %d", lost, most)
 						}
@@ -262,5 +270,27 @@ func TestGiveBackContendedBound(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestReceiptBindsRemaining: a refund sends its take's Remaining as the
+// level that bounds a bucket's give-back (TestGiveBackContendedBound), so
+// a receipt whose Remaining was lowered, which under contention would
+// give back more than the bucket would have held, is refused (without
+// Remaining in the receipt's check, it is accepted).
+func TestReceiptBindsRemaining(t *testing.T) {
+	ctx := context.Background()
+	_, _, l := miniLimiter(t)
+	taken, err := l.Allow(ctx, 3, PerSecond(10).For("k"))
+	if err != nil || !taken.Allowed {
+		t.Fatal(taken, err)
+	}
+	forged := taken
+	forged.Remaining = 0
+	if err := l.Refund(ctx, forged); !errors.Is(err, ErrInvalidCost) {
+		t.Errorf("Refund with Remaining lowered: %v, want ErrInvalidCost", err)
+	}
+	if err := l.Refund(ctx, taken); err != nil {
+		t.Errorf("Refund as returned: %v", err)
 	}
 }

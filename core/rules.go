@@ -70,13 +70,13 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // Refund gives back what taken (the Result of a call that admitted a
 // request) took but did not use: the request failed, or should not count.
 // A refund leaves the state the key would have had if the units had never
-// been taken (TestGiveBackRestoresSweep). For Concurrency, Refund gives
-// the permit back. Zero a Rule's Result in taken.Rules to leave that Rule
-// alone.
+// been taken (TestGiveBackRestoresSweep; a bucket others took from since
+// gets back less, never more). For Concurrency, Refund gives the permit
+// back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
 //
-// Refund or settle a receipt once. After an error, a retry with the same
-// receipt is safe: it gives nothing back twice (TestRetryGivesNothingTwice).
-// See docs/limits.md#receipts.
+// Refund or settle a receipt once. A retry after an error gives nothing
+// back twice for a receipt of several Rules (TestRetryGivesNothingTwice);
+// for one Rule's, see docs/limits.md#receipts.
 func (l *Limiter) Refund(ctx context.Context, taken Result) (err error) {
 	var one [1]Rule
 	rules := taken.rules(&one)
@@ -186,21 +186,12 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 	if err := validRules(rules, n, mode); err != nil {
 		return Result{}, err
 	}
-	var parts []Result
-	if taken != nil {
-		parts = taken.Rules
-		switch {
-		case taken.Granted <= 0 && mode == modeCharge:
-			parts = nil // took nothing: Settle charges all of used to every Rule
-		case taken.Granted <= 0:
-			return Result{}, nil // nothing to give back or keep
-		case len(parts) != len(rules):
-			return Result{}, fmt.Errorf("%w: a receipt of %d Rules for %d Rules", ErrInvalidCost, len(parts), len(rules))
-		}
+	parts, none, err := receiptParts(taken, len(rules), mode)
+	if none || err != nil {
+		return Result{}, err
 	}
 	used, verb := n, mode
 	if mode == modeCharge {
-		var err error
 		if n, mode, err = correction(max(grantedOf(rules, parts), 0), used); err != nil {
 			return Result{}, err
 		}
@@ -242,6 +233,22 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 		}
 	}
 	return res, nil
+}
+
+// receiptParts is what taken (nil for a decision) took under each of its
+// nrules Rules; none reports a receipt that leaves nothing to do.
+func receiptParts(taken *Result, nrules, mode int) (parts []Result, none bool, err error) {
+	switch {
+	case taken == nil:
+		return nil, false, nil
+	case taken.Granted <= 0 && mode == modeCharge:
+		return nil, false, nil // took nothing: Settle charges all of used to every Rule
+	case taken.Granted <= 0:
+		return nil, true, nil // nothing to give back or keep
+	case len(taken.Rules) != nrules:
+		return nil, false, fmt.Errorf("%w: a receipt of %d Rules for %d Rules", ErrInvalidCost, len(taken.Rules), nrules)
+	}
+	return taken.Rules, false, nil
 }
 
 // pending is parts without the Rules given back already, which a retry

@@ -61,7 +61,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			if lim.Algorithm == Concurrency {
 				rq.id = parts[i].stamp
 			} else {
-				rq.taken = parts[i].stamp
+				rq.taken, rq.level = parts[i].stamp, parts[i].level()
 			}
 		}
 		if k == 0 {
@@ -86,6 +86,9 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 		// rate Rules of other slots take (as beside them in one slot).
 		rq.n = 1
 	}
+	if k > 1 {
+		rq.level = 0 // one level cannot speak for several layers
+	}
 	pl, err := l.plans.ofRules(limits[:k], index[:k], pos[:k])
 	if err != nil {
 		return err
@@ -101,7 +104,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	for j, i := range pos[:k] {
 		out[i], s.asked[i] = sub[j], true
 		if sub[j].Granted > 0 && mode == modeConsume {
-			out[i].owner = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted)
+			out[i].owner = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted, sub[j].Remaining)
 		}
 	}
 	return nil
