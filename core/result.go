@@ -50,8 +50,8 @@ type Result struct {
 	// plus the lease's own units.
 	Leased bool
 	// At is the instant of the decision, from which RetryAfter, ResetAfter
-	// and Delay count: Redis' clock (its TIME), or the Limiter's
-	// (WithClock) for decisions made here (Cached, Fallback, Leased) and
+	// and Delay count: Redis' clock (its TIME), or the Limiter's (time.Now;
+	// redlimittest's under test) for decisions made here (Cached, Fallback, Leased) and
 	// for a FixedWindow over a Period alone, which reads its key's expiry
 	// instead. Response headers take their time from it.
 	At time.Time
