@@ -14,7 +14,8 @@ import (
 	"github.com/redlimit/redlimit/redlimittest"
 )
 
-// The tests in this file back the IETF style's promises (IETF): "a client
+// The tests in this file back the IETF style's promises (IETF, and
+// docs/http.md#responses): "a client
 // that sends at most q requests (units) in every window of w seconds is
 // never refused by that policy, whatever its algorithm"; "RateLimit's r is
 // what remains of q (at most q), and t the seconds until r is q again"; and
