@@ -91,6 +91,7 @@ func appendCopy(old *[]*observer, o *observer) *[]*observer {
 }
 
 func init() {
+	observe.Algorithms = len(algorithms)
 	observe.Observed = func(limiter any) bool {
 		l, ok := limiter.(*Limiter)
 		return ok && l.observers.list.Load() != nil

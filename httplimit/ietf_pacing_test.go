@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/redlimittest"
 )
@@ -150,7 +151,7 @@ func pacingCases(t *testing.T) int {
 // new one is checked here too, but the permits (inflight_test.go).
 var pacingAlgorithms = func() []core.Algorithm {
 	var out []core.Algorithm
-	for _, a := range core.Algorithms() {
+	for a := range core.Algorithm(observe.Algorithms) {
 		if !shapeOf(a).permits {
 			out = append(out, a)
 		}
