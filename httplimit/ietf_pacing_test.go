@@ -16,10 +16,10 @@ import (
 )
 
 // The tests in this file back the IETF style's promises (IETF, and
-// docs/http.md#responses): "a client
-// that sends at most q requests (units) in every window of w seconds is
-// never refused by that policy, whatever its algorithm"; "RateLimit's r is
-// what remains of q (at most q), and t the seconds until r is q again"; and
+// docs/http.md#responses): "a client that sends at most q units in every
+// window of w seconds is never refused by that policy, whatever its
+// algorithm"; "RateLimit's r is what remains of q (at most q), and t the
+// seconds until r is q again"; and
 // Retry-After's "a client that obeys it is never early" (README). Clients
 // that obey them play against random Limits of every rate algorithm on a
 // Redis whose clock the test moves (redlimittest), seeded, so a failure
