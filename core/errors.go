@@ -8,11 +8,11 @@ import (
 
 // The errors a Limiter returns, matched with errors.Is.
 var (
-	// ErrInvalidCost is returned for a cost n <= 0, for one above the
-	// Limit's capacity, which could never be admitted, for a request a
-	// Limit cannot take (AllowAtMost of a Concurrency, say), for a Settle
-	// of used < 0, and for a Refund or Settle of a Result taken on another
-	// key, Algorithm or layer.
+	// ErrInvalidCost is returned for a cost that can never be taken. That
+	// is a cost n <= 0, one above the Limit's capacity, a request a Limit
+	// cannot take (AllowAtMost of a Concurrency, say), a Settle of used <
+	// 0, and a Refund or Settle of a Result taken on another key,
+	// Algorithm or layer.
 	ErrInvalidCost = errors.New("core: invalid cost")
 	// ErrInvalidLimit is wrapped by every error about a Limit that cannot
 	// be enforced or parsed; the message names the field.
@@ -22,7 +22,7 @@ var (
 	// callers would be a surprise.
 	ErrEmptyKey = errors.New("core: empty key")
 	// ErrUnavailable is wrapped by the error of every call that Redis
-	// failed: no answer within the Limiter's timeout, a refused
+	// failed. That is no answer within the Limiter's timeout, a refused
 	// connection, an error (a failover's READONLY, OOM under noeviction),
 	// a reply the Limiter cannot read, or an open circuit breaker. The
 	// error's text is the fault's own, and it still matches what it wraps.

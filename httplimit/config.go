@@ -105,12 +105,12 @@ type Config struct {
 	// request counts.
 	CountIf func(status int) bool
 
-	// Settle lets a handler report what its request really cost once that
-	// is known (the tokens of an LLM completion, the bytes streamed), with
-	// Policy.ReportCost: when the handler returns, the
-	// Policy settles the difference with Limiter.Settle, giving back what
-	// the request did not use, or charging the excess as a debt that later
-	// requests of the key wait out at the Limit's rate. A report of any
+	// Settle lets a handler report what its request really cost. Once that
+	// is known (the tokens of an LLM completion, the bytes streamed) the
+	// handler calls Policy.ReportCost; when it returns, the Policy settles
+	// the difference with Limiter.Settle, giving back what the request did
+	// not use, or charging the excess as a debt that later requests of the
+	// key wait out at the Limit's rate. A report of any
 	// size is charged: one beyond the deepest debt a Limit holds leaves
 	// the key at that debt (see core.Limiter.Settle), never free. The
 	// request still takes its Cost first, to be admitted at all. Default:

@@ -85,11 +85,11 @@ func canonicalName(name string) string {
 	return http.CanonicalHeaderKey(name)
 }
 
-// IETF is the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers: one list member per policy, named
-// by the Policy's name ("http"), or one per layer ("http-0", "http-1",
-// "http-inflight" for the InFlight permit, "http-global" for the global
-// ceiling). Several Policies on one route each add their members.
+// IETF is the header style of draft-ietf-httpapi-ratelimit-headers, the
+// RateLimit-Policy and RateLimit fields. They hold one list member per
+// policy, named by the Policy's name ("http"), or one per layer ("http-0",
+// "http-1", "http-inflight" for the InFlight permit, "http-global" for the
+// global ceiling); several Policies on one route each add their members.
 // RateLimit-Policy's q per w (whole seconds) is a promise: a client that
 // sends at most q units in every window of w seconds is never refused by
 // that policy (how q and w are chosen: docs/http.md#responses). RateLimit's

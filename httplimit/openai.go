@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// OpenAI is the style of OpenAI's API, which the clients of
-// OpenAI-compatible APIs read: x-ratelimit-limit-requests (the capacity),
-// x-ratelimit-remaining-requests (what remains) and
+// OpenAI is the header style of OpenAI's API, which the clients of
+// OpenAI-compatible APIs read. It sends x-ratelimit-limit-requests (the
+// capacity), x-ratelimit-remaining-requests (what remains) and
 // x-ratelimit-reset-requests (the time until the quota is whole again, as
 // a Go duration rounded up to the millisecond: "1s", "6m0s", "20ms").
 // Unit names the fields' suffix: "requests" by default, or "tokens" for a
