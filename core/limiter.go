@@ -124,7 +124,7 @@ func (l *Limiter) reconnected() {
 	l.funcs.load(l)
 }
 
-// Close detaches the Limiter from its client: it stops its background
+// Close detaches the Limiter from its client. It stops its background
 // checks, drops its leases (their unused units are given back) and removes
 // what New registered on the client, so a client that outlives many
 // Limiters keeps nothing of them. Calls made after Close return ErrClosed;

@@ -69,7 +69,7 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithTimeout bounds each decision, on top of the caller's context: a Redis
+// WithTimeout bounds each decision, on top of the caller's context. A Redis
 // that is slower, or gone, costs a caller at most d (for d up to 1s, d
 // rounded up to a whole ms: the calls that start within a ms share one
 // deadline rather than a timer each). A caller that gives up while its
@@ -122,9 +122,9 @@ func WithDenyCache(maxKeys int) Option {
 }
 
 // WithLocalFallback sets how the Limiter decides while Redis cannot answer
-// (errors, timeouts, an open circuit): in process, each key getting this
-// instance's share of its Limit, so that the instances together stay
-// within a bound of it. instances is n, the Limiters sharing the limits;
+// (errors, timeouts, an open circuit). It decides in process, each key
+// getting this instance's share of its Limit, so that the instances
+// together stay within a bound of it. instances is n, the Limiters sharing the limits;
 // 0 learns it from Redis while Redis answers (each Limiter registers
 // under "<prefix>:fleet"), and assumes 64 before Redis has ever answered.
 // maxKeys sizes its memory: keys active at once. The bounds per

@@ -125,7 +125,7 @@ type Config struct {
 	Headers Headers
 
 	// FailClosed answers 503 with Retry-After: 1 when Redis did not decide
-	// a request (it failed, timed out, or the circuit was open), where by
+	// a request. Redis failed, timed out, or the circuit was open; by
 	// default the Limiter's local fallback decides (each instance its share
 	// of the limit; no limit only under core.WithLocalFallback(0, 0)). Any
 	// other error is refused with 503 either way: a cost or Limit that can

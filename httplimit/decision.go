@@ -79,7 +79,7 @@ type Decision struct {
 	// key. When several refuse, it is the one Result reports.
 	RefusedBy string
 	// Degraded says why the decision was made without Redis, for the
-	// metrics: "fallback" (the local fallback decided), or "breaker",
+	// metrics. It is "fallback" (the local fallback decided), or "breaker",
 	// "fail_open" or "fail_closed" (Redis failed: what a metric of Redis
 	// errors counts; see docs/operations.md); "" when Redis decided.
 	Degraded string
