@@ -135,16 +135,6 @@ func (l Limit) row() *algorithm {
 	return &algorithms[l.Algorithm]
 }
 
-// Algorithms lists every Algorithm, in order (TokenBucket first): for
-// metrics and tools that enumerate them.
-func Algorithms() []Algorithm {
-	out := make([]Algorithm, len(algorithms))
-	for i := range out {
-		out[i] = Algorithm(i)
-	}
-	return out
-}
-
 // String returns the algorithm's snake_case name ("token_bucket").
 func (a Algorithm) String() string {
 	if a.known() {

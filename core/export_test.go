@@ -15,3 +15,13 @@ var WithClock = withClock
 // Charge is a Result of rule that took nothing, as a Peek's, without its
 // call: Settle of it charges all of used (tests outside the package).
 func Charge(rule Rule) Result { return Result{rule: rule} }
+
+// Algorithms lists every Algorithm, in order (TokenBucket first), for the
+// tests that walk them all.
+func Algorithms() []Algorithm {
+	out := make([]Algorithm, len(algorithms))
+	for i := range out {
+		out[i] = Algorithm(i)
+	}
+	return out
+}

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -66,10 +65,6 @@ func PerMonth(n int, loc *time.Location) Limit {
 // InFlight returns a Concurrency limit of n requests in flight, whose
 // permits lapse 10 seconds after they were taken or last renewed.
 func InFlight(n int) Limit { return Limit{Algorithm: Concurrency, Rate: n, Period: 10 * time.Second} }
-
-// ErrInvalidLimit is wrapped by every error about a Limit that cannot be
-// enforced or parsed; the message names the field.
-var ErrInvalidLimit = errors.New("core: invalid limit")
 
 const (
 	maxRate        = 1 << 40

@@ -5,45 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
-
-var (
-	// ErrInvalidCost is returned for a cost n <= 0, for one above the
-	// Limit's capacity, which could never be admitted, for a request a
-	// Limit cannot take (AllowAtMost of a Concurrency, say), for a Settle
-	// of used < 0, and for a Refund or Settle of a Result taken on another
-	// key, Algorithm or layer.
-	ErrInvalidCost = errors.New("core: invalid cost")
-	// ErrUnavailable is wrapped by the error of every call that Redis
-	// failed: Redis did not answer within the Limiter's timeout, refused
-	// the connection, answered with an error (a failover's READONLY, OOM
-	// under noeviction) or a reply the Limiter cannot read, or was not
-	// asked because the circuit breaker is open (see WithBreaker). The
-	// error's text is the fault's own, and it still matches what it wraps.
-	//
-	// errors.Is(err, ErrUnavailable) is the one test of a Redis fault: what
-	// a fail policy and a count of Redis errors should ask. What it does
-	// not match is listed in docs/limits.md#redis-faults.
-	ErrUnavailable = errors.New("core: redis unavailable")
-	// ErrClosed is returned by every call of a Limiter after Close. It is
-	// the caller's mistake, not a Redis fault (it does not match
-	// ErrUnavailable), so a fail policy does not apply: httplimit refuses
-	// the request (503), and grpclimit's call fails with codes.Unavailable,
-	// even when failing open.
-	ErrClosed = errors.New("core: limiter closed")
-)
-
-// ErrCircuitOpen is wrapped by the error of a call the open circuit
-// kept from Redis (see WithBreaker); it matches ErrUnavailable too, so a
-// fail policy needs no case for it. Metrics use it to count the breaker's
-// decisions apart.
-var ErrCircuitOpen = fmt.Errorf("%w (circuit open)", ErrUnavailable)
 
 // Limiter decides, for a key and a Limit, whether a request may proceed.
 // Every decision is an atomic Lua function or script in Redis, timed by
@@ -157,7 +124,7 @@ func (l *Limiter) reconnected() {
 	l.funcs.load(l)
 }
 
-// Close detaches the Limiter from its client: it stops its background
+// Close detaches the Limiter from its client. It stops its background
 // checks, drops its leases (their unused units are given back) and removes
 // what New registered on the client, so a client that outlives many
 // Limiters keeps nothing of them. Calls made after Close return ErrClosed;

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// String returns the Limit's text form: "<rate>/<period>", then the
+// String returns the Limit's text form. That is "<rate>/<period>", then the
 // algorithm unless it is TokenBucket (or implied by a calendar month),
 // then "burst=<n>" and "max-delay=<duration>" when set, "calendar" for
 // calendar days and weeks, and "tz=<name>" for a Location. PerSecond(10)

@@ -38,9 +38,9 @@ const (
 	verbRenew  = "renew"
 )
 
-// Observe calls f after each call of the Limiter's methods (Allow,
-// AllowAtMost, Peek, Wait, Refund, Settle, Renew) returns, with the call's
-// context, until stop is called (a call then in flight may still be
+// Observe calls f after each call of the Limiter's methods returns. That
+// is Allow, AllowAtMost, Peek, Wait, Refund, Settle and Renew, with the
+// call's context, until stop is called (a call then in flight may still be
 // told); prommetrics and otelmetrics use it
 // (WithLimiter). The calls of an httplimit Policy are left out: the Policy
 // tells its own Observers. f runs on the caller's goroutine: it must be
@@ -91,6 +91,7 @@ func appendCopy(old *[]*observer, o *observer) *[]*observer {
 }
 
 func init() {
+	observe.Algorithms = len(algorithms)
 	observe.Observed = func(limiter any) bool {
 		l, ok := limiter.(*Limiter)
 		return ok && l.observers.list.Load() != nil

@@ -69,7 +69,7 @@ func WithPrefix(prefix string) Option {
 	}
 }
 
-// WithTimeout bounds each decision, on top of the caller's context: a Redis
+// WithTimeout bounds each decision, on top of the caller's context. A Redis
 // that is slower, or gone, costs a caller at most d (for d up to 1s, d
 // rounded up to a whole ms: the calls that start within a ms share one
 // deadline rather than a timer each). A caller that gives up while its
@@ -86,7 +86,7 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
-// WithBreaker sets the circuit breaker: after failures consecutive Redis
+// WithBreaker sets the circuit breaker. After failures consecutive Redis
 // failures (errors or timeouts) spread over at least twice the Limiter's
 // timeout, calls fail at once with ErrUnavailable for cooldown; then one
 // call probes Redis, and its success closes the circuit. The time span keeps
@@ -122,9 +122,9 @@ func WithDenyCache(maxKeys int) Option {
 }
 
 // WithLocalFallback sets how the Limiter decides while Redis cannot answer
-// (errors, timeouts, an open circuit): in process, each key getting this
-// instance's share of its Limit, so that the instances together stay
-// within a bound of it. instances is n, the Limiters sharing the limits;
+// (errors, timeouts, an open circuit). It decides in process, each key
+// getting this instance's share of its Limit, so that the instances
+// together stay within a bound of it. instances is n, the Limiters sharing the limits;
 // 0 learns it from Redis while Redis answers (each Limiter registers
 // under "<prefix>:fleet"), and assumes 64 before Redis has ever answered.
 // maxKeys sizes its memory: keys active at once. The bounds per
@@ -146,12 +146,12 @@ func WithLocalFallback(instances, maxKeys int) Option {
 	}
 }
 
-// WithLogger sets where the Limiter logs Redis failing, the circuit
-// opening, Redis answering again, and a Redis that may evict its keys: once
-// per change of state, never per request (a failure at most once per 10s
-// when failures and successes alternate, as on a Cluster with one master
-// down). nil turns logging off. Default: slog.Default(), as it is when a
-// record is logged.
+// WithLogger sets where the Limiter logs. It logs Redis failing, the
+// circuit opening, Redis answering again, and a Redis that may evict its
+// keys, once per change of state, never per request (a failure at most
+// once per 10s when failures and successes alternate, as on a Cluster with
+// one master down). nil turns logging off. Default: slog.Default(), as it
+// is when a record is logged.
 func WithLogger(log *slog.Logger) Option {
 	return func(c *config) {
 		c.log = func() *slog.Logger { return log }
@@ -195,11 +195,11 @@ func withClock(now func() time.Time) Option {
 	}
 }
 
-// WithStaggeredWindows starts each key's windows, for every FixedWindow
-// over a Period, at an offset of its own within the Period (from a hash of
-// its Redis key), so that a million keys of one Limit do not all reset at
-// one instant: still aligned on Redis' clock, and the same on every
-// instance that staggers. Their state is apart from an unstaggered
+// WithStaggeredWindows starts each key's FixedWindow windows at an offset
+// of its own within the Period. The offset is a hash of its Redis key, so
+// that a million keys of one Limit do not all reset at one instant: still
+// aligned on Redis' clock, and the same on every instance that staggers.
+// Their state is apart from an unstaggered
 // window's, so every instance of a fleet must agree. Calendar windows are
 // not staggered. The local fallback counts them as aligned windows.
 func WithStaggeredWindows() Option {

@@ -81,10 +81,11 @@ func (o *Overrides) key(name string) string {
 	return o.prefix + ":{" + escapeTag(name) + "}"
 }
 
-// Set stores limit for name, replacing any earlier one, for ttl (a
-// temporary raise, say; at least 1ms, Redis' resolution), or until Delete
-// when ttl is 0: an override is configuration an operator wrote, the one
-// kind of key redlimit lets live without a TTL. Instances obey it within maxAge; this one at once.
+// Set stores limit for name, replacing any earlier one. It lasts for ttl
+// (a temporary raise, say; at least 1ms, Redis' resolution), or until
+// Delete when ttl is 0: an override is configuration an operator wrote,
+// the one kind of key redlimit lets live without a TTL. Instances obey it
+// within maxAge; this one at once.
 func (o *Overrides) Set(ctx context.Context, name string, limit Limit, ttl time.Duration) error {
 	if err := limit.Validate(); err != nil {
 		return err

@@ -3,15 +3,9 @@ package core
 import (
 	"crypto/sha256"
 	"encoding/base64"
-	"errors"
 	"strconv"
 	"strings"
 )
-
-// ErrEmptyKey is returned for an empty key: it almost always means the key
-// function found nothing, and sharing one limit among all such callers would
-// be a surprise.
-var ErrEmptyKey = errors.New("core: empty key")
 
 // maxTagLen is the longest caller key stored as it is, once escaped. Longer
 // keys, which an attacker can send in a header, are replaced by their

@@ -74,18 +74,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	if k == 0 {
 		return nil // nothing to give back, settle or keep here
 	}
-	permits := true
-	for _, lim := range limits[:k] {
-		permits = permits && lim.Algorithm == Concurrency
-	}
-	switch {
-	case mode == modeRefund && n == 0:
-		rq.n = grantedOf(rules, parts, pos[:k]...) // Refund's: all they took
-	case permits && (mode == modeConsume || mode == modePeek):
-		// A slot of permits alone: one per request, whatever the cost the
-		// rate Rules of other slots take (as beside them in one slot).
-		rq.n = 1
-	}
+	rq.n = slotCost(n, mode, limits[:k], rules, parts, pos[:k])
 	if k > 1 {
 		rq.level = 0 // one level cannot speak for several layers
 	}
@@ -108,6 +97,24 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 		}
 	}
 	return nil
+}
+
+// slotCost is the cost a slot's script call takes, of a request of cost
+// n: for a Refund of n == 0, all its Rules (at pos) took.
+func slotCost(n, mode int, limits []Limit, rules []Rule, parts []Result, pos []int) int {
+	permits := true
+	for _, lim := range limits {
+		permits = permits && lim.Algorithm == Concurrency
+	}
+	switch {
+	case mode == modeRefund && n == 0:
+		return grantedOf(rules, parts, pos...)
+	case permits && (mode == modeConsume || mode == modePeek):
+		// A slot of permits alone: one per request, whatever the cost the
+		// rate Rules of other slots take (as beside them in one slot).
+		return 1
+	}
+	return n
 }
 
 // admitted reports whether every Rule of group g admitted its request.

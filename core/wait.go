@@ -6,26 +6,6 @@ import (
 	"time"
 )
 
-// ErrWaitExceedsDeadline is wrapped by the error of a Wait that gave up at
-// once because the request could not proceed before its context's
-// deadline. It wraps context.DeadlineExceeded in turn, so errors.Is
-// matches both, and code written for the deadline keeps working, while
-// errors.Is(err, ErrWaitExceedsDeadline) tells this refusal from a Redis
-// slower than the Limiter's timeout (which matches
-// context.DeadlineExceeded only). Wait returns it with the denying
-// Result, whose RetryAfter says how long the request would have had to
-// wait.
-var ErrWaitExceedsDeadline error = waitExceedsDeadline{}
-
-// waitExceedsDeadline is a type of its own, not errors.New, so that it
-// can unwrap to context.DeadlineExceeded: errors.As then finds the
-// deadline's net.Error (Timeout() true) as it did before the sentinel.
-type waitExceedsDeadline struct{}
-
-func (waitExceedsDeadline) Error() string { return "core: wait would exceed the context deadline" }
-
-func (waitExceedsDeadline) Unwrap() error { return context.DeadlineExceeded }
-
 // Wait blocks until a request of cost n is admitted under every Rule (and,
 // for LeakyBucket, its Delay has passed), or ctx ends, and returns the
 // admitting Result (the receipt Refund and Settle take). It sleeps for the

@@ -42,8 +42,8 @@ func TestHeadersOnTheLimiterClock(t *testing.T) {
 
 // TestHeadersOnTheDecisionClock backs "One clock" (core.Result.At): the
 // headers take their time from the decision, Redis' TIME, not from this
-// process' clock nor the Limiter's (its clock, set here a year away from
-// both).
+// process' clock nor the Limiter's (clock.With, set here a year away
+// from both).
 func TestHeadersOnTheDecisionClock(t *testing.T) {
 	r := redlimittest.Start(t)
 	r.Advance(90 * 24 * time.Hour)

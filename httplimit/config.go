@@ -62,18 +62,13 @@ type Config struct {
 
 	// InFlightLease is how long a permit outlives a process that died
 	// holding it (a crash, a lost connection): it lapses this long after
-	// it was taken or last renewed; the Policy renews it every half of
-	// this while the handler runs. A renewal that fails is tried again
-	// within what is left of the lease, and one that finds its permit
-	// lapsed takes it again if the key has room. A permit that cannot be
-	// kept (the key is full; or, failing closed, Redis did not answer
-	// before the lease ran out, less an eighth of it, 250ms at most) is
-	// lost: the handler's context (served by Policy.Serve) is cancelled with the
-	// cause ErrPermitLost, logged, and the request counts no more. So while
-	// Redis answers, no more than InFlight handlers of a key run at once,
-	// provided they stop when their context ends. Failing open, a request
-	// whose permit Redis could not renew runs on without it until Redis
-	// answers again, and then takes it again or loses it. Default: 10s.
+	// it was taken or last renewed, and the Policy renews it every half of
+	// this while the handler runs. A permit that cannot be kept is lost:
+	// the handler's context is cancelled with the cause ErrPermitLost, so
+	// that while Redis answers no more than InFlight handlers of a key run
+	// at once, provided they stop when their context ends. Renewals under
+	// faults and either fail policy: docs/http.md#requests-in-flight.
+	// Default: 10s.
 	InFlightLease time.Duration
 
 	// Name namespaces the keys and names the IETF policy: 1 to 64 letters,
@@ -110,12 +105,12 @@ type Config struct {
 	// request counts.
 	CountIf func(status int) bool
 
-	// Settle lets a handler report what its request really cost once that
-	// is known (the tokens of an LLM completion, the bytes streamed), with
-	// Policy.ReportCost: when the handler returns, the
-	// Policy settles the difference with Limiter.Settle, giving back what
-	// the request did not use, or charging the excess as a debt that later
-	// requests of the key wait out at the Limit's rate. A report of any
+	// Settle lets a handler report what its request really cost. Once that
+	// is known (the tokens of an LLM completion, the bytes streamed) the
+	// handler calls Policy.ReportCost; when it returns, the Policy settles
+	// the difference with Limiter.Settle, giving back what the request did
+	// not use, or charging the excess as a debt that later requests of the
+	// key wait out at the Limit's rate. A report of any
 	// size is charged: one beyond the deepest debt a Limit holds leaves
 	// the key at that debt (see core.Limiter.Settle), never free. The
 	// request still takes its Cost first, to be admitted at all. Default:
@@ -130,7 +125,7 @@ type Config struct {
 	Headers Headers
 
 	// FailClosed answers 503 with Retry-After: 1 when Redis did not decide
-	// a request (it failed, timed out, or the circuit was open), where by
+	// a request. Redis failed, timed out, or the circuit was open; by
 	// default the Limiter's local fallback decides (each instance its share
 	// of the limit; no limit only under core.WithLocalFallback(0, 0)). Any
 	// other error is refused with 503 either way: a cost or Limit that can
@@ -163,22 +158,14 @@ type Scope struct {
 	Name string
 	// Key chooses the Scope's key for a request, as Config.Key does for
 	// the request's own: an organisation's ID, say. A request it cannot
-	// key is refused with 400 as one Config.Key cannot key, even under
-	// ServeUnkeyed, which would serve it without its own key's limit
-	// (a client would drop the Scope's header to escape both). Its keys
-	// are the Scope's own: "acme" of the Scope "org" never meets "acme" of
-	// another Scope or of Config.Key. nil: one key for every request, a
-	// ceiling on the whole Policy.
-	//
-	// On a Redis Cluster, the request is decided atomically only when
-	// every key shares a hash tag: a Key that returns "{acme}" for the
-	// organisation, with Config.Key returning "{acme}:user:42" for its
-	// users (the part between '{' and '}' chooses the slot). Otherwise the
-	// keys are decided slot by slot, the request's own first, and a Scope
-	// that refuses has the units the others took given back: never more
-	// than a Limit admits, but each slot is a round trip. A ceiling on the
-	// whole Policy lives on one shard, which then sees only the requests
-	// the other keys admitted.
+	// key is refused with 400, even under ServeUnkeyed (a client would
+	// drop the Scope's header to escape it). Its keys are the Scope's own:
+	// "acme" of the Scope "org" never meets "acme" of another Scope or of
+	// Config.Key. nil: one key for every request, a ceiling on the whole
+	// Policy. On a Redis Cluster the request is one atomic call only when
+	// every key shares a hash tag ("{acme}" here, "{acme}:user:42" for
+	// Config.Key); else it takes a round trip per slot, the request's own
+	// first (docs/operations.md#operations).
 	Key KeyFunc
 	// Limit is the Scope's: core.PerSecond(5000) for the whole API, say.
 	// Required.

@@ -79,7 +79,7 @@ type Decision struct {
 	// key. When several refuse, it is the one Result reports.
 	RefusedBy string
 	// Degraded says why the decision was made without Redis, for the
-	// metrics: "fallback" (the local fallback decided), or "breaker",
+	// metrics. It is "fallback" (the local fallback decided), or "breaker",
 	// "fail_open" or "fail_closed" (Redis failed: what a metric of Redis
 	// errors counts; see docs/operations.md); "" when Redis decided.
 	Degraded string
@@ -218,10 +218,10 @@ func (d *Decision) Proceed() bool {
 	return false
 }
 
-// Status is the HTTP status to answer when the request does not proceed:
-// 429 when denied (for its rate or its InFlight permit), 503 when the Limiter failed closed, 400 when the
-// request has no key, 499 (client closed request) when its context ended
-// first; 0 when it proceeds.
+// Status is the HTTP status to answer when the request does not proceed.
+// It is 429 when denied (for its rate or its InFlight permit), 503 when
+// the Limiter failed closed, 400 when the request has no key, 499 (client
+// closed request) when its context ended first; 0 when it proceeds.
 func (d *Decision) Status() int {
 	if d.Proceed() {
 		return 0
@@ -254,11 +254,11 @@ func (d *Decision) RetryAfter() int64 {
 	return 0
 }
 
-// Body is the body, application/json, of a request that does not proceed,
-// ending in a newline: {"error":"rate limit exceeded","retry_after":N} when denied,
+// Body is the JSON body of a request that does not proceed, ending in a
+// newline: {"error":"rate limit exceeded","retry_after":N} when denied,
 // with N equal to Retry-After, {"error":"rate limiter unavailable"} when
 // the Limiter failed closed, {"error":"missing rate limit key"} when the
-// request has no key. nil when the request proceeds.
+// request has no key; nil when the request proceeds.
 func (d *Decision) Body() []byte {
 	switch {
 	case d.Proceed():

@@ -85,25 +85,16 @@ func canonicalName(name string) string {
 	return http.CanonicalHeaderKey(name)
 }
 
-// IETF is the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers: one list member per policy, named
-// by the Policy's name ("http"), or one per layer ("http-0", "http-1",
-// "http-inflight" for the InFlight permit, "http-global" for the global
-// ceiling). Several Policies on one route each add their members.
-//
+// IETF is the header style of draft-ietf-httpapi-ratelimit-headers, the
+// RateLimit-Policy and RateLimit fields. They hold one list member per
+// policy, named by the Policy's name ("http"), or one per layer ("http-0",
+// "http-1", "http-inflight" for the InFlight permit, "http-global" for the
+// global ceiling); several Policies on one route each add their members.
 // RateLimit-Policy's q per w (whole seconds) is a promise: a client that
-// sends at most q requests (units) in every window of w seconds is never
-// refused by that policy, whatever its algorithm, so q is no more than a
-// bucket's burst, w covers two periods for the sliding window counter,
-// whose estimate weighs the previous window, and a 1024th of a period more
-// for a sliding window above Rate 1024, whose units may leave that late
-// (core.SlidingWindow; refunds that leave its log with more than 1024
-// entries make them later still, so the promise holds for a Policy without
-// CountIf or Settle there). The InFlight permit is
-// q requests at once, qu="concurrent-requests". RateLimit's r is what
-// remains of q (at most q), and t the seconds until r is q again; on a
-// refused response t is the same point in time as Retry-After, as the
-// draft asks, for each layer that refused.
+// sends at most q units in every window of w seconds is never refused by
+// that policy (how q and w are chosen: docs/http.md#responses). RateLimit's
+// r is what remains of q, and t the seconds until r is q again: on a
+// refusal, the same instant as Retry-After.
 type IETF struct{}
 
 // writeHeaders adds the policy's members to RateLimit-Policy and

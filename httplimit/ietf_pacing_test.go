@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/redlimittest"
 )
 
-// The tests in this file back the IETF style's promises (IETF): "a client
-// that sends at most q requests (units) in every window of w seconds is
-// never refused by that policy, whatever its algorithm"; "RateLimit's r is
-// what remains of q (at most q), and t the seconds until r is q again"; and
+// The tests in this file back the IETF style's promises (IETF, and
+// docs/http.md#responses): "a client that sends at most q units in every
+// window of w seconds is never refused by that policy, whatever its
+// algorithm"; "RateLimit's r is what remains of q (at most q), and t the
+// seconds until r is q again"; and
 // Retry-After's "a client that obeys it is never early" (README). Clients
 // that obey them play against random Limits of every rate algorithm on a
 // Redis whose clock the test moves (redlimittest), seeded, so a failure
@@ -149,7 +151,7 @@ func pacingCases(t *testing.T) int {
 // new one is checked here too, but the permits (inflight_test.go).
 var pacingAlgorithms = func() []core.Algorithm {
 	var out []core.Algorithm
-	for _, a := range core.Algorithms() {
+	for a := range core.Algorithm(observe.Algorithms) {
 		if !shapeOf(a).permits {
 			out = append(out, a)
 		}

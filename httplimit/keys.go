@@ -36,19 +36,15 @@ type Request interface {
 type KeyFunc func(Request) (string, error)
 
 // KeyByHeader keys requests by the value of a header (an API key, a
-// tenant): its first line, whole, as RFC 9110 defines a field value (no
-// leading or trailing spaces or tabs, which HTTP/1.1 strips and HTTP/2
-// may not), so that "K" and " K\t" are one key whatever the protocol;
-// further lines are the client's to vary, and are ignored. A request
-// without it cannot be keyed by this function: use KeyFirst to fall back
-// to another (KeyFirst(KeyByHeader("X-API-Key"), byIP)). Values of any
-// length are fine: the Limiter hashes long keys.
-//
-// Beyond that trim the value is as sent, case included (API keys are
-// case-sensitive). Verify it (authenticate the API key) before the limiter
-// runs, or a client that sends a new value with every request gets a new
-// limit with each; where it cannot be verified, limit the client IP too (a
-// second Policy keyed by KeyByIP).
+// tenant): its first line, without leading or trailing spaces or tabs
+// (RFC 9110), so that "K" and " K\t" are one key over HTTP/1.1 and
+// HTTP/2; otherwise as sent, case included. A request without it cannot
+// be keyed by this function: KeyFirst falls back to another
+// (KeyFirst(KeyByHeader("X-API-Key"), byIP)). Verify the value
+// (authenticate the API key) before the limiter runs, or a client that
+// sends a new value with every request gets a new limit with each; where
+// it cannot be verified, limit the client IP too (a second Policy keyed by
+// KeyByIP).
 func KeyByHeader(name string) KeyFunc {
 	return func(r Request) (string, error) {
 		if lines := r.Header(name); len(lines) > 0 {

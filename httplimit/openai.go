@@ -6,19 +6,17 @@ import (
 	"time"
 )
 
-// OpenAI is the style of OpenAI's API, which the clients of
-// OpenAI-compatible APIs read: x-ratelimit-limit-requests (the capacity),
-// x-ratelimit-remaining-requests (what remains) and
+// OpenAI is the header style of OpenAI's API, which the clients of
+// OpenAI-compatible APIs read. It sends x-ratelimit-limit-requests (the
+// capacity), x-ratelimit-remaining-requests (what remains) and
 // x-ratelimit-reset-requests (the time until the quota is whole again, as
 // a Go duration rounded up to the millisecond: "1s", "6m0s", "20ms").
 // Unit names the fields' suffix: "requests" by default, or "tokens" for a
-// Policy whose Cost counts tokens, so that an LLM gateway with one Policy
-// for each sends all six fields. When several Policies of one unit decide
-// a request, the fields describe the one with the least remaining, as
-// XRateLimit's do. A refusal also carries retry-after-ms, the wait in
-// milliseconds rounded up, and x-should-retry: false when that wait is
-// above 60 s, which OpenAI's clients would cut short and retry early
-// (TestOpenAIRetryFields).
+// Policy whose Cost counts tokens. Of several Policies of one unit, the
+// fields describe the one with the least remaining. A refusal also
+// carries retry-after-ms, the wait in milliseconds rounded up, and
+// x-should-retry: false when that wait is above 60 s, which OpenAI's
+// clients would cut short (TestOpenAIRetryFields).
 type OpenAI struct {
 	Unit string // Default: "requests"
 }

@@ -11,10 +11,10 @@ import (
 	"github.com/redlimit/redlimit/internal/observe"
 )
 
-// ErrPermitLost is the cause (context.Cause) with which the context a
-// handler is served with (by Policy.Serve) is cancelled when its
-// request's InFlight permit is lost: it lapsed and the key is full, or,
-// failing closed, Redis could not renew it before its lease ran out. The
+// ErrPermitLost is the cause (context.Cause) of a handler's cancelled
+// context when its request's InFlight permit is lost. The permit lapsed
+// and the key is full, or, failing closed, Redis could not renew it before
+// its lease ran out. The
 // request no longer counts against Config.InFlight, so it should stop:
 // else more than InFlight requests of its key would run at once.
 var ErrPermitLost = errors.New("httplimit: InFlight permit lost")

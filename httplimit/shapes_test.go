@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 )
 
 // TestEveryAlgorithmHasAShape: every algorithm core has has a row in
@@ -16,13 +17,13 @@ import (
 // fields' arithmetic (advertise, remaining, untilWhole), of MaxWait or of
 // the InFlight layer.
 // Guards: IETF's promise "whatever its algorithm" for algorithms yet to
-// come, with the pacing tests, which walk core.Algorithms() too.
+// come, with the pacing tests, which walk every core.Algorithm too.
 func TestEveryAlgorithmHasAShape(t *testing.T) {
-	if got, want := len(shapes), len(core.Algorithms()); got != want {
+	if got, want := len(shapes), observe.Algorithms; got != want {
 		t.Errorf("shapes has %d rows, core has %d algorithms", got, want)
 	}
 	ctx := context.Background()
-	for _, a := range core.Algorithms() {
+	for a := range core.Algorithm(observe.Algorithms) {
 		t.Run(a.String(), func(t *testing.T) {
 			s := shapeOf(a)
 			if s.periods < 1 {

@@ -141,7 +141,7 @@ func (t *Transport) debt(r core.Result, d time.Duration) int {
 		// Concurrency never gets here (NewTransport refuses it). An
 		// algorithm core adds needs a case of its own: without one the
 		// pause is lost, and TestTransportPauseByAlgorithm, which walks
-		// core.Algorithms(), fails.
+		// every core.Algorithm, fails.
 		return 0
 	}
 	if wait >= float64(d) {

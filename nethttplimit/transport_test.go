@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
+	"github.com/redlimit/redlimit/internal/observe"
 	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/redlimittest"
 )
@@ -428,7 +429,7 @@ func TestTransportPauseByAlgorithm(t *testing.T) {
 	// Every algorithm NewTransport takes has a case, so that one core adds
 	// is paused here too (debt switches on the algorithm).
 	l := redlimittest.Start(t).NewLimiter()
-	for _, a := range core.Algorithms() {
+	for a := range core.Algorithm(observe.Algorithms) {
 		_, err := NewTransport(TransportConfig{Limiter: l, Limit: core.Limit{Algorithm: a, Rate: 1, Period: time.Second}})
 		if err == nil && !slices.ContainsFunc(tests, func(tt pauseCase) bool { return tt.limit.Algorithm == a }) {
 			t.Errorf("%v: NewTransport takes it, and no case here pauses it", a)

@@ -104,7 +104,7 @@ type Collector struct {
 // The algorithms and outcomes core and httplimit define, so that a new one
 // is cached and listed without a change here.
 var (
-	numAlgorithms = len(core.Algorithms())
+	numAlgorithms = observe.Algorithms
 	numOutcomes   = len(observe.Outcomes)
 	outcomeNames  = strings.Join(observe.Outcomes, ", ")
 )

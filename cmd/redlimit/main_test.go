@@ -15,6 +15,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/internal/clock"
+	"github.com/redlimit/redlimit/internal/observe"
 	"github.com/redlimit/redlimit/internal/redistest"
 )
 
@@ -222,7 +223,7 @@ func TestInspectMini(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = l.Close() }()
-	for _, a := range core.Algorithms() {
+	for a := range core.Algorithm(observe.Algorithms) {
 		if _, err := l.Allow(ctx, 1, core.Limit{Algorithm: a, Rate: 10, Period: time.Minute}.For("k")); err != nil {
 			t.Fatal(err)
 		}

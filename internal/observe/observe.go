@@ -39,6 +39,11 @@ func Of(ctx context.Context) (name string, byPolicy bool) {
 // package core.
 var Observed = func(limiter any) bool { return false }
 
+// Algorithms is how many core Algorithms there are, Algorithm(0) to
+// Algorithm(Algorithms-1): the metrics cache a series for each, and tests
+// walk them all. Set by package core.
+var Algorithms int
+
 // Outcomes are the names of httplimit's Outcomes, in order (Outcome(i) is
 // Outcomes[i]): httplimit's String, and the label values the metrics
 // packages create a series for each of.

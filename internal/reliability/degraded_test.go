@@ -15,6 +15,7 @@ import (
 
 	"github.com/redlimit/redlimit/core"
 	"github.com/redlimit/redlimit/httplimit"
+	"github.com/redlimit/redlimit/internal/observe"
 	"github.com/redlimit/redlimit/internal/redistest"
 	"github.com/redlimit/redlimit/nethttplimit"
 )
@@ -105,7 +106,7 @@ func TestFreshInstanceDecidedByFallback(t *testing.T) {
 // refills during the test), and at least one per instance: counts only,
 // never timings.
 func TestDegradedSweep(t *testing.T) {
-	algorithms := core.Algorithms()
+	algorithms := core.Algorithm(observe.Algorithms)
 	for _, fault := range []string{"down", "paused", "slow", "dropped"} {
 		for _, n := range []int{1, 3} {
 			t.Run(fmt.Sprintf("%s/%d instances", fault, n), func(t *testing.T) {
@@ -129,7 +130,7 @@ func TestDegradedSweep(t *testing.T) {
 				heal := injure(t, s, proxy, fault)
 				defer heal()
 				for _, rate := range []int{1, 2*n + 1} {
-					for _, a := range algorithms {
+					for a := range algorithms {
 						limit := core.Limit{Algorithm: a, Rate: rate, Period: time.Hour}
 						key := fmt.Sprintf("%s-%d-%d-%v", fault, n, rate, a)
 						got := admitted(t, fleet, limit.For(key), 4*max(rate, n))
