@@ -45,14 +45,22 @@ func Mini(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 	return mr, rdb
 }
 
-// Real returns a client for REDIS_URL, or skips the test when it is unset
-// (fails it under CI). The caller should use keys unique to the test, or
-// FlushDB: the database is shared with whatever else runs.
+// Real returns a client for REDIS_URL; when it is unset, for a
+// redis-server the test binary starts once (shared.go) if the server
+// program is on PATH; else it skips the test (fails it under CI). The
+// caller should use keys unique to the test, or FlushDB: the database is
+// shared with whatever else runs.
 func Real(t testing.TB) *redis.Client {
 	t.Helper()
 	url := os.Getenv("REDIS_URL")
+	if bin, ok := serverOnPath(); url == "" && ok {
+		var err error
+		if url, err = sharedURL(bin); err != nil {
+			t.Fatalf("REDIS_URL is not set, and starting %s failed: %v", bin, err)
+		}
+	}
 	if url == "" {
-		missing(t, "REDIS_URL", "a real Redis, e.g. REDIS_URL=redis://127.0.0.1:6379/0")
+		missing(t, "REDIS_URL", "a real Redis, e.g. REDIS_URL=redis://127.0.0.1:6379/0, or redis-server on PATH")
 	}
 	opt, err := redis.ParseURL(url)
 	if err != nil {
