@@ -366,8 +366,12 @@ func TestDenyCacheAbusiveTraffic(t *testing.T) {
 	if bound := 10 + int(10*cacheElapsed.Seconds()); cacheAdmitted > bound {
 		t.Errorf("with the cache %d admitted, above the limit's bound %d", cacheAdmitted, bound)
 	}
-	if cacheAdmitted < plainAdmitted*8/10 {
-		t.Errorf("with the cache %d admitted, without %d: the cache denied what Redis would admit", cacheAdmitted, plainAdmitted)
+	// Each run admits what the bucket refills while it lasts, and a loaded
+	// machine stretches one run more than the other (3.7 s against 1.9 s
+	// seen): compare each with its own bound.
+	if floor := (10 + int(10*cacheElapsed.Seconds())) * 8 / 10; cacheAdmitted < floor {
+		t.Errorf("with the cache %d admitted in %v, below 80%% of the limit's %d: the cache denied what Redis would admit (without it: %d in %v)",
+			cacheAdmitted, cacheElapsed, 10+int(10*cacheElapsed.Seconds()), plainAdmitted, plainElapsed)
 	}
 }
 
