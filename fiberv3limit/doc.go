@@ -1,38 +1,12 @@
-// Package fiberv3limit is Redis-backed rate limiting middleware for Fiber
-// v3 (github.com/gofiber/fiber/v3; package fiberlimit serves Fiber v2):
-// every instance of a service shares one limit per key.
+// Package fiberv3limit is rate limiting middleware for Fiber v3 that
+// shares each limit across every instance of a service through Redis
+// (Fiber v2: package fiberlimit).
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
-//	limiter, err := core.New(rdb) // one per client, shared by every Policy
-//	if err != nil { ... }
 //	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Limit: core.PerSecond(10)})
-//	if err != nil { ... }
-//	app := fiber.New()
 //	app.Use(fiberv3limit.New(fiberv3limit.Config{Policy: policy}))
 //
-// Config has the shape of Fiber's own middleware configs (Next,
-// KeyGenerator, LimitReached). Unlike Fiber's own limiter, every response
-// carries the quota, denials included: every decision is httplimit's (see
-// httplimit.Policy), and this package only reads the fiber.Ctx and writes
-// the decision back, so the responses, headers, keys and client IPs are
-// those the httplimit documentation describes. Check and Reset, and
-// httplimit.Policy.ReportCost, work from inside a handler. The
-// repository's examples/fiberv3 is a complete server.
-//
-// # Fiber specifics
-//
-// The default key is the address of the peer that opened the connection,
-// whatever Fiber's proxy settings; behind a reverse proxy, give
-// httplimit.KeyByIP your proxies, or key with KeyByFiberIP to defer to
-// Fiber's TrustProxy settings.
-//
-// The route httplimit sees (KeyByRoute, Request.Route) is c.Route().Path,
-// the route being executed: for a middleware registered with app.Use, the
-// Use prefix. For per-route keys, register the middleware on the routes
-// themselves (app.Get("/items/:id", limit, handler)).
-//
-// The request context httplimit sees is c.Context(), the one set with
-// c.SetContext: fasthttp does not end a request's context when the client
-// goes away, so the wait of a core.LeakyBucket request ends early only when
-// that context ends.
+// Every decision is the httplimit.Policy's; this package only reads the
+// fiber.Ctx. Client IPs, per-route keys (app.Use sees only its prefix) and
+// the request context differ in Fiber: see docs/http.md#fiber-v3 in the
+// repository, and examples/fiberv3 for a complete server.
 package fiberv3limit
