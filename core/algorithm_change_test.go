@@ -89,7 +89,7 @@ func TestLeakyRemainingWithinMaxDelay(t *testing.T) {
 	}
 }
 
-// TestLimitChangeCarriesOver backs core/doc.go's and docs/limits.md's
+// TestLimitChangeCarriesOver backs core/limit.go's (Limit) and docs/limits.md's
 // sentence on a changed Limit: 3 units spent under 10 per minute leave,
 // at the same instant, 2 under 5 per minute and 17 under 20 per minute in
 // the windows and the leaky bucket (what was spent carries over), and 5

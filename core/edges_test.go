@@ -464,7 +464,7 @@ func TestDenyCacheAnswersLargerCosts(t *testing.T) {
 	}
 }
 
-// TestSlidingWindowRefundedLogStaysStrict backs the package doc's "a log
+// TestSlidingWindowRefundedLogStaysStrict backs docs/limits.md's (Limits table, sliding_window) "a log
 // that refunds left with more than 1024 entries has each request join the
 // newest entry ... every error is on the strict side": 1030 requests at
 // distinct instants, each refunded, leave the log at its cap with nothing

@@ -32,7 +32,7 @@ func req(c fiber.Ctx) conformance.Req {
 const testContext = "conformance-context"
 
 // newApp mounts the middleware on each route, so that it sees the route's
-// pattern (see the package documentation).
+// pattern (see docs/http.md#fiber-v3).
 //
 // Requests are served through app.Handler() on a fasthttp.RequestCtx made
 // with Init, fasthttp's own way of testing a handler: app.Test always

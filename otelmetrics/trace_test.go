@@ -51,8 +51,8 @@ func attrs(kvs []attribute.KeyValue) map[string]string {
 // gets attributes and no span is made; the key is an attribute only when
 // asked for.
 // Guards: WithTracerProvider's, WithRequestSpan's and WithKeyAttribute's
-// godoc, and the package doc's "The key is left out unless
-// WithKeyAttribute asks for it".
+// godoc, and docs/operations.md's ("Traces") "The key is not an attribute
+// ... unless otelmetrics.WithKeyAttribute() asks for it".
 func TestTraceSweep(t *testing.T) {
 	hourly := func(n int) core.Limit { return core.Limit{Algorithm: core.FixedWindow, Rate: n, Period: time.Hour} }
 	global := hourly(4)
