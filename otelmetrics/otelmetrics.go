@@ -1,33 +1,14 @@
-// Package otelmetrics records rate-limit decisions, and the health of
-// their Redis, as OpenTelemetry metrics and, if asked, in the requests'
-// traces. An Observer is an httplimit.Observer:
+// Package otelmetrics records rate-limit decisions, and the health of their
+// Redis, as OpenTelemetry metrics and, if asked, in the requests' traces.
 //
 //	o, err := otelmetrics.New(otel.Meter("github.com/redlimit/redlimit"), otelmetrics.WithLimiter(limiter))
-//	if err != nil { ... }
 //	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Observers: []httplimit.Observer{o}})
 //
-// With WithLimiter it also records the decisions made on the Limiter
-// outside any Policy (limiter.Allow, Wait; a nethttplimit Transport's,
-// labelled by its Name). The instruments, with the default namespace
-// "redlimit":
-//
-//	redlimit.decisions            counter {decision}  policy, algorithm, outcome, refused_by
-//	redlimit.near_limit           counter {decision}  policy, algorithm
-//	redlimit.redis.errors         counter {error}     policy
-//	redlimit.decision.duration    histogram s         policy, algorithm
-//	redlimit.deny_cache.hits      counter {decision}  policy
-//	redlimit.degraded.decisions   counter {decision}  policy, reason
-//	redlimit.redis.may_evict      gauge {bool}        (WithLimiter)
-//	redlimit.redis.evicted_keys   gauge {key}         (WithLimiter)
-//
-// Exported to Prometheus, they become the series package prommetrics
-// writes; docs/operations.md ("Metrics", "Traces") says what each counts,
-// and what a decision's span holds. No instrument is given the rate-limit
-// key as an attribute: keys are unbounded, and so would the series be.
-//
-// This package is a module of its own: users who do not import it never
-// download OpenTelemetry. It uses the OpenTelemetry API only: the
-// application chooses the SDK.
+// An Observer is an httplimit.Observer; WithLimiter adds the Limiter's own
+// decisions and its Redis' health. It uses the OpenTelemetry API only, and
+// never the rate-limit key as a metric attribute. The instruments, what
+// each counts and what a span holds: see docs/operations.md#operations
+// ("Metrics", "Traces") in the repository.
 package otelmetrics
 
 import (

@@ -1,31 +1,14 @@
-// Package prommetrics exports rate-limit decisions, and the health of
-// their Redis, as Prometheus metrics. A Collector is an httplimit.Observer
-// and a prometheus.Collector:
+// Package prommetrics exports rate-limit decisions, and the health of their
+// Redis, as Prometheus metrics.
 //
 //	c := prommetrics.New(prommetrics.WithLimiter(limiter))
 //	prometheus.MustRegister(c)
 //	policy, err := httplimit.New(httplimit.Config{Limiter: limiter, Observers: []httplimit.Observer{c}})
 //
-// With WithLimiter it also counts the decisions made on the Limiter
-// outside any Policy (limiter.Allow, Wait; a nethttplimit Transport's,
-// labelled by its Name). The metrics, with the default namespace
-// "redlimit":
-//
-//	redlimit_decisions_total{policy,algorithm,outcome,refused_by}  counter
-//	redlimit_near_limit_total{policy,algorithm}               counter
-//	redlimit_redis_errors_total{policy}                       counter
-//	redlimit_decision_duration_seconds{policy,algorithm}      histogram
-//	redlimit_deny_cache_hits_total{policy}                    counter
-//	redlimit_degraded_decisions_total{policy,reason}          counter
-//	redlimit_redis_may_evict                                  gauge (WithLimiter)
-//	redlimit_redis_evicted_keys                               gauge (WithLimiter)
-//
-// The labels and what each metric counts are in docs/operations.md
-// ("Metrics"). No metric is labelled by the rate-limit key: keys are
-// unbounded, and so would the series be.
-//
-// This package is a module of its own: users who do not import it never
-// download client_golang.
+// A Collector is an httplimit.Observer and a prometheus.Collector;
+// WithLimiter adds the Limiter's own decisions and its Redis' health. No
+// metric is labelled by the rate-limit key. The metrics and their labels:
+// see docs/operations.md#operations ("Metrics") in the repository.
 package prommetrics
 
 import (

@@ -1,15 +1,11 @@
 // Package redlimittest runs redlimit on an in-process Redis (miniredis)
-// whose clock the test controls, so the limits of an application's
-// handlers can be tested without a Redis server and without sleeping:
+// whose clock the test controls, so an application's limits are tested
+// without a Redis server and without sleeping:
 //
-//	func TestLoginIsLimited(t *testing.T) {
-//		r := redlimittest.Start(t)
-//		limiter := r.NewLimiter()
-//		handler := newServer(limiter) // the application, with its policies
-//		// ... five logins get 401, the sixth 429 ...
-//		r.Advance(time.Minute) // the window passes, without waiting
-//		// ... the next login gets 401 again ...
-//	}
+//	r := redlimittest.Start(t)
+//	handler := newServer(r.NewLimiter()) // the application, with its policies
+//	// ... five logins get 401, the sixth 429 ...
+//	r.Advance(time.Minute) // the window passes, without waiting
 //
 // The scripts run on miniredis' Lua, which decides as Redis does; test
 // against a real Redis too where Redis itself matters (timeouts, Cluster,
