@@ -171,7 +171,7 @@ func firstCallBackends(t *testing.T) map[string]func(t *testing.T) string {
 // to answer (the first 600ms of every connection held) decides its first
 // request within the caller's context, not the 150ms timeout; once warm,
 // a decision that meets a stalled Redis fails after its 150ms as before.
-// (150ms, not the default 50ms, so that a busy machine does not fail the
+// (150ms, not the default 100ms, so that a busy machine does not fail the
 // decisions that are meant to pass.)
 // Guards: "dialling Redis and loading the library do not make a new
 // Limiter's first decisions fail" (New's godoc). Before, the first

@@ -147,7 +147,7 @@ func exactly(t *testing.T, lim *core.Limiter, key string, limit core.Limit) {
 func TestRedisRestartMidTraffic(t *testing.T) {
 	s := redistest.StartServer(t)
 	const cooldown = 100 * time.Millisecond
-	// Above the default 50 ms, which a call on a busy CI machine can
+	// Above the old default 50 ms, which a call on a busy CI machine can
 	// outlast while Redis is up (this test tells the outage's failures
 	// from none), and below latencyBound; a killed Redis refuses
 	// connections at once whatever the timeout.
