@@ -235,7 +235,7 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 		return Result{}, err
 	}
 	row := pl.layers[0].row
-	if (mode == modeRefund || mode == modeCharge) && taken.foreign(l.prefix, key, row, 0) {
+	if (mode == modeRefund || mode == modeCharge || mode == modeRenew) && taken.foreign(l.prefix, key, row, 0) {
 		return Result{}, errForeignReceipt
 	}
 	if mode == modeRefund && taken.Fallback && !row.ids {

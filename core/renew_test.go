@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -194,5 +195,52 @@ func TestRenewAfterReleaseTakesNothing(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRenewBindsItsReceipt backs docs/limits.md#receipts' "another
+// Limiter's ... is refused with ErrInvalidCost" for Renew, and "a Result
+// that took nothing ... gives nothing back" as Renew reads it: a denial
+// holds no permit, so renewing it takes none. Before, Renew of another
+// Limiter's receipt, or of one whose Remaining was changed, took a permit
+// in that Limiter's state, and Renew of a denial's Result took a permit
+// nobody would give back, filling an InFlight(1) key for its Period.
+func TestRenewBindsItsReceipt(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, l := miniLimiter(t)
+	other, err := New(rdb, WithPrefix("other"), WithLogger(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := InFlight(1).For("k")
+	held, err := l.Allow(ctx, 1, rule)
+	if err != nil || !held.Allowed {
+		t.Fatal(held, err)
+	}
+	denied, err := l.Allow(ctx, 1, rule)
+	if err != nil || denied.Allowed {
+		t.Fatal(denied, err)
+	}
+	edited := held
+	edited.Remaining = 7
+	for name, c := range map[string]struct {
+		l *Limiter
+		r Result
+	}{"another Limiter's": {other, held}, "an edited": {l, edited}} {
+		if res, err := c.l.Renew(ctx, c.r); !errors.Is(err, ErrInvalidCost) || res.Allowed {
+			t.Errorf("Renew of %s receipt: %+v, %v; want ErrInvalidCost", name, res, err)
+		}
+	}
+	if res, err := other.Allow(ctx, 1, rule); err != nil || !res.Allowed {
+		t.Errorf("the other Limiter's key after the refused Renew: %+v, %v; want room", res, err)
+	}
+	if err := l.Refund(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := l.Renew(ctx, denied); err != nil || res.Allowed {
+		t.Errorf("Renew of a denial: %+v, %v; want nothing kept", res, err)
+	}
+	if res, err := l.Allow(ctx, 1, rule); err != nil || !res.Allowed {
+		t.Errorf("after Renew of a denial the key is full: %+v, %v", res, err)
 	}
 }

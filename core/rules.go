@@ -163,6 +163,8 @@ func (l *Limiter) Renew(ctx context.Context, taken Result) (res Result, err erro
 		return l.several(ctx, rules, &taken, 1, modeRenew, permitRules)
 	case taken.rule.Limit.Algorithm != Concurrency:
 		return Result{}, errNotConcurrency
+	case taken.Granted <= 0:
+		return Result{}, nil // a denial's or a Peek's: it holds no permit to keep
 	}
 	return l.one(ctx, taken.rule.Key, taken.rule.Limit, 1, modeRenew, taken)
 }

@@ -55,7 +55,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			continue
 		}
 		if parts != nil {
-			if (mode == modeRefund || mode == modeCharge) && lim.Algorithm.known() && parts[i].foreign(l.prefix, rules[i].Key, lim.row(), s.index[i]) {
+			if (mode == modeRefund || mode == modeCharge || mode == modeRenew) && lim.Algorithm.known() && parts[i].foreign(l.prefix, rules[i].Key, lim.row(), s.index[i]) {
 				return fmt.Errorf("rule %d: %w", i, errForeignReceipt)
 			}
 			if lim.Algorithm == Concurrency {
