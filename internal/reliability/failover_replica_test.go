@@ -72,18 +72,22 @@ func TestFailoverLaggingReplica(t *testing.T) {
 				t.Errorf("%+v: want the master to refuse (NOREPLICAS) once the replica lags, nothing admitted after, and what was admitted before lost", r)
 			}
 		}},
+		// With acks, lost() may be below 0, never above: a call whose WAIT
+		// timed out on a loaded machine (99 of the first 100 seen) is an
+		// error whose unit Redis and the replica still count, the strict
+		// side. Above 0 is what acks exist to prevent.
 		{name: "acks, in sync", opts: []core.Option{acks}, check: func(t *testing.T, r failoverRun) {
-			if r.failed != 0 || r.lost() != 0 {
+			if r.failed != 0 || r.lost() > 0 {
 				t.Errorf("%+v: want every call acknowledged and nothing lost", r)
 			}
 		}},
 		{name: "acks, lagging", lag: true, opts: []core.Option{acks}, check: func(t *testing.T, r failoverRun) {
-			if r.during != 0 || r.failed == 0 || r.lost() != 0 {
+			if r.during != 0 || r.failed == 0 || r.lost() > 0 {
 				t.Errorf("%+v: want every call during the lag failed, and nothing lost", r)
 			}
 		}},
 		{name: "acks and min-replicas, lagging", lag: true, masterArgs: minReplicas, opts: []core.Option{acks}, check: func(t *testing.T, r failoverRun) {
-			if r.during != 0 || r.failed == 0 || r.lost() != 0 {
+			if r.during != 0 || r.failed == 0 || r.lost() > 0 {
 				t.Errorf("%+v: want every call during the lag failed, and nothing lost", r)
 			}
 		}},
