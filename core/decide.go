@@ -17,10 +17,6 @@ type request struct {
 	// taken is the Redis TIME of the decision a REFUND gives back for;
 	// id names a Concurrency permit (a fresh one is drawn for a take).
 	taken, id int64
-	// level is 1 + the units a REFUND's take left (its Result's
-	// Remaining), which bounds a bucket's level since; 0: unknown (a plan
-	// of several layers, a leased receipt).
-	level int64
 	// tags, when the layers are Rules of several keys (in one slot), are
 	// their keys' escaped tags, one per layer; nil when all are key's.
 	tags []string
@@ -288,9 +284,6 @@ func (rq *request) args(now time.Time) ([]any, bool) {
 func (rq *request) appendTail(args []any) []any {
 	if rq.mode == modeRefund || rq.mode == modeRenew {
 		args = append(args, rq.taken)
-	}
-	if rq.mode == modeRefund {
-		args = append(args, rq.level)
 	}
 	if rq.pl.ids {
 		args = append(args, rq.id)

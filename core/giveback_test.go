@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -214,10 +213,7 @@ func TestRealGiveBackRestores(t *testing.T) {
 // give-back when others took from the key between the take and it: the
 // key ends at most min(n, the refill since the take) units below the state
 // it would have had without the take, and never above it (the units given
-// back never fund more than the Limit: TestCountIfBankingAttack); a
-// bucket whose take's level plus the refill since stays n below its
-// capacity loses nothing (without the level a refund sends, it loses the
-// refill). "a" and
+// back never fund more than the Limit: TestCountIfBankingAttack). "a" and
 // "twin" share every take but a's n; the others' takes hit both in one
 // call. Without the strict rule (giving back min(C, level + n) whatever
 // was written since), "a" ends above its twin when the bucket would have
@@ -258,11 +254,7 @@ func TestGiveBackContendedBound(t *testing.T) {
 							t.Fatal(err)
 						}
 						lost := r.Rules[1].Remaining - r.Rules[0].Remaining
-						refill := int((dt*time.Duration(lim.Rate) + lim.Period - 1) / lim.Period)
-						most := min(n, refill)
-						if taken.Remaining+1+refill <= lim.Capacity()-n {
-							most = 0 // the take's level bounds the bucket below where the cap bites
-						}
+						most := min(n, int((dt*time.Duration(lim.Rate)+lim.Period-1)/lim.Period))
 						if lost < 0 || lost > most {
 							t.Errorf("a ends %d units below its twin, want 0 to %d", lost, most)
 						}
@@ -273,24 +265,49 @@ func TestGiveBackContendedBound(t *testing.T) {
 	}
 }
 
-// TestReceiptBindsRemaining: a refund sends its take's Remaining as the
-// level that bounds a bucket's give-back (TestGiveBackContendedBound), so
-// a receipt whose Remaining was lowered, which under contention would
-// give back more than the bucket would have held, is refused (without
-// Remaining in the receipt's check, it is accepted).
-func TestReceiptBindsRemaining(t *testing.T) {
+// TestGiveBackOverlapNeverAbove backs docs/limits.md's "never above it"
+// for give-backs that overlap: Z takes, X takes, Z is given back, then
+// others take, then X is given back. A give-back bounded by its take's
+// level (X's) trusted a level that Z's give-back had since raised, and
+// left a one unit above the state without Z and X (a at Remaining 10, its
+// twin at 9). The strict rule ends a at or below its twin.
+func TestGiveBackOverlapNeverAbove(t *testing.T) {
 	ctx := context.Background()
-	_, _, l := miniLimiter(t)
-	taken, err := l.Allow(ctx, 3, PerSecond(10).For("k"))
-	if err != nil || !taken.Allowed {
-		t.Fatal(taken, err)
-	}
-	forged := taken
-	forged.Remaining = 0
-	if err := l.Refund(ctx, forged); !errors.Is(err, ErrInvalidCost) {
-		t.Errorf("Refund with Remaining lowered: %v, want ErrInvalidCost", err)
-	}
-	if err := l.Refund(ctx, taken); err != nil {
-		t.Errorf("Refund as returned: %v", err)
+	for _, alg := range []Algorithm{TokenBucket, LeakyBucket} {
+		mr, _, l := miniLimiter(t)
+		lim := Limit{Algorithm: alg, Rate: 10, Period: time.Second}
+		a, twin := lim.For("a"), lim.For("twin")
+		t0 := redistest.Epoch.Add(250 * time.Millisecond)
+		at := func(d time.Duration) { redistest.SetTime(mr, t0.Add(d)) }
+		at(0)
+		z, err := l.Allow(ctx, 3, a)
+		if err != nil || !z.Allowed {
+			t.Fatal(z, err)
+		}
+		at(10 * time.Millisecond)
+		x, err := l.Allow(ctx, 3, a)
+		if err != nil || !x.Allowed {
+			t.Fatal(x, err)
+		}
+		at(20 * time.Millisecond)
+		if err := l.Refund(ctx, z); err != nil {
+			t.Fatal(err)
+		}
+		at(170 * time.Millisecond)
+		if r, err := l.Allow(ctx, 1, a, twin); err != nil || !r.Allowed {
+			t.Fatal(r, err)
+		}
+		if err := l.Refund(ctx, x); err != nil {
+			t.Fatal(err)
+		}
+		r, err := l.Peek(ctx, a, twin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, want := r.Rules[0], r.Rules[1]
+		if got.Remaining > want.Remaining || got.ResetAfter < want.ResetAfter {
+			t.Errorf("%s: a at Remaining %d, ResetAfter %v: above its twin's %d, %v, the state without Z and X",
+				alg, got.Remaining, got.ResetAfter, want.Remaining, want.ResetAfter)
+		}
 	}
 }

@@ -242,12 +242,12 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 		return Result{}, nil // Redis took nothing for a fallback receipt
 	}
 	var out [1]Result
-	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp, level: taken.level()}, out[:])
+	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
 	if err == nil && mode <= modeAtMost { // a decision: its Result is a receipt
 		out[0].rule = Rule{Key: key, Limit: limit}
 	}
 	if out[0].Granted > 0 && (mode == modeConsume || mode == modeAtMost) {
-		out[0].owner = receipt(l.prefix, key, row, 0, out[0].Granted, out[0].Remaining)
+		out[0].owner = receipt(l.prefix, key, row, 0, out[0].Granted)
 	}
 	return out[0], err
 }

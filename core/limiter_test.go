@@ -1125,11 +1125,9 @@ func TestParseResultsPacked(t *testing.T) {
 // that give back or renew without a take. With granted 0 it is a Result
 // that took nothing, which Settle charges all of used.
 func receiptFor(l *Limiter, rule Rule, granted int, stamp int64) Result {
-	// (Remaining: its capacity, which tells a bucket's refund nothing of
-	// its level at the take; see request.level.)
-	r := Result{Allowed: granted > 0, Granted: granted, Remaining: rule.Limit.Capacity(), stamp: stamp, rule: rule}
+	r := Result{Allowed: granted > 0, Granted: granted, stamp: stamp, rule: rule}
 	if granted > 0 {
-		r.owner = receipt(l.prefix, rule.Key, rule.Limit.row(), 0, granted, r.Remaining)
+		r.owner = receipt(l.prefix, rule.Key, rule.Limit.row(), 0, granted)
 	}
 	return r
 }

@@ -222,7 +222,7 @@ func TestRenewBindsItsReceipt(t *testing.T) {
 		t.Fatal(denied, err)
 	}
 	edited := held
-	edited.Remaining = 7
+	edited.Granted = 7
 	for name, c := range map[string]struct {
 		l *Limiter
 		r Result

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -71,7 +70,7 @@ type Result struct {
 	// of the window the units were taken in.
 	stamp int64
 	// owner names the state the units were taken from (see receipt), so
-	// that a receipt whose Granted or Remaining was changed is refused.
+	// that a receipt whose Granted was changed is refused.
 	owner uint64
 	// rule is the Rule the Result decided, for a decision of one Rule (and
 	// in each of Rules, that Rule's): what Refund, Settle and Renew act on.
@@ -103,16 +102,6 @@ func (r *Result) rules(one *[1]Rule) []Rule {
 	return nil
 }
 
-// level is what a refund of r sends as its take's level (see
-// request.level): 0, unknown, for a leased receipt, whose Remaining is not
-// its take's.
-func (r *Result) level() int64 {
-	if r.Leased || r.Granted <= 0 {
-		return 0
-	}
-	return int64(r.Remaining) + 1
-}
-
 // errNoReceipt refuses a give-back of a Result that names no decision.
 var errNoReceipt = fmt.Errorf("%w: the Result is no decision's (Allow, AllowAtMost, Wait or Peek returns one)", ErrInvalidCost)
 
@@ -121,38 +110,33 @@ var errNoReceipt = fmt.Errorf("%w: the Result is no decision's (Allow, AllowAtMo
 var receiptSeed = maphash.MakeSeed()
 
 // receipt is the check a Result that took granted units from the state of
-// key under row, as layer (0: Allow's), of the Limiter with prefix, and
-// left remaining (a refund sends it as the take's level), carries: a
-// checksum, not a secret. Never 0, which is a Result that names no state:
-// one made by hand (its stamp 0 names no decision, and gives nothing
-// back), or a Peek's or a denial's, which is no receipt.
-func receipt(prefix, key string, row *algorithm, layer, granted, remaining int) uint64 {
+// key under row, as layer (0: Allow's), of the Limiter with prefix,
+// carries: a checksum, not a secret. Never 0, which is a Result that names
+// no state: one made by hand (its stamp 0 names no decision, and gives
+// nothing back), or a Peek's or a denial's, which is no receipt.
+func receipt(prefix, key string, row *algorithm, layer, granted int) uint64 {
 	var h maphash.Hash
 	h.SetSeed(receiptSeed)
 	h.WriteString(prefix)
 	h.WriteByte(0)
 	h.WriteString(key)
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], uint64(granted))
-	binary.LittleEndian.PutUint64(b[8:], uint64(remaining))
-	_, _ = h.Write(b[:])
-	return max(h.Sum64()^uint64(row.script)<<8^uint64(layer), 1)
+	return max(h.Sum64()^uint64(row.script)<<8^uint64(layer)^uint64(granted)<<16, 1)
 }
 
 // errForeignReceipt refuses a refund or a settle of units taken from
 // another state: it would give back units never taken.
-var errForeignReceipt = fmt.Errorf("%w: the Result is no receipt of this Limiter's key, algorithm and layer, or its Granted or Remaining was changed", ErrInvalidCost)
+var errForeignReceipt = fmt.Errorf("%w: the Result is no receipt of this Limiter's key, algorithm and layer, or its Granted was changed", ErrInvalidCost)
 
 // foreign reports whether r is no receipt of units taken from key's state
 // under row, as layer, by the Limiter with prefix: another state's, one
-// whose Granted or Remaining changed, or a Peek's or denial's given a Granted. (A
+// whose Granted changed, or a Peek's or denial's given a Granted. (A
 // Result with neither check nor stamp is one made by hand: it names no
 // decision and gives nothing back.)
 func (r Result) foreign(prefix, key string, row *algorithm, layer int) bool {
 	if r.owner == 0 {
 		return r.stamp != 0 && r.Granted > 0
 	}
-	return r.owner != receipt(prefix, key, row, layer, r.Granted, r.Remaining)
+	return r.owner != receipt(prefix, key, row, layer, r.Granted)
 }
 
 // errBadReply is returned when Redis answers with something the scripts

@@ -467,11 +467,10 @@ func TestRulesCluster(t *testing.T) {
 		if admitted[u] > 10 {
 			t.Errorf("%s admitted %d, over its 10", u, admitted[u])
 		}
-		// A bucket's give-back is exact when nothing was written to the
-		// key since the take, or when the take left it n below its
-		// capacity after the refill since (docs/limits.md); these nearly
-		// full buckets may lose the refill of a round trip, a fraction of
-		// a unit that Remaining, rounded down, may show as one.
+		// A bucket's give-back is exact only when nothing was written to
+		// the key since the take (docs/limits.md, "Giving units back");
+		// under this contention it loses the refill of a round trip, a
+		// fraction of a unit that Remaining, rounded down, may show as one.
 		want, slack := 10-admitted[u], 0
 		if a := userLimits[u].Algorithm; a == TokenBucket || a == LeakyBucket {
 			slack = 1

@@ -61,7 +61,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			if lim.Algorithm == Concurrency {
 				rq.id = parts[i].stamp
 			} else {
-				rq.taken, rq.level = parts[i].stamp, parts[i].level()
+				rq.taken = parts[i].stamp
 			}
 		}
 		if k == 0 {
@@ -75,9 +75,6 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 		return nil // nothing to give back, settle or keep here
 	}
 	rq.n = slotCost(n, mode, limits[:k], rules, parts, pos[:k])
-	if k > 1 {
-		rq.level = 0 // one level cannot speak for several layers
-	}
 	pl, err := l.plans.ofRules(limits[:k], index[:k], pos[:k])
 	if err != nil {
 		return err
@@ -93,7 +90,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	for j, i := range pos[:k] {
 		out[i], s.asked[i] = sub[j], true
 		if sub[j].Granted > 0 && mode == modeConsume {
-			out[i].owner = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted, sub[j].Remaining)
+			out[i].owner = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted)
 		}
 	}
 	return nil

@@ -11,9 +11,8 @@
 --        (see limit in the prelude); then for each caller key, in the order
 --        of KEYS, its requests: code = n * 8 + mode (n units, mode as the
 --        prelude names them), negated when the key's next request follows
---        it, then the stamp of the take for REFUND and RENEW, then for
---        REFUND 1 + the units its take left (0: unknown; see tb.decide),
---        then the permit id when a layer's algorithm has ids (Concurrency)
+--        it, then the stamp of the take for REFUND and RENEW, then the
+--        permit id when a layer's algorithm has ids (Concurrency)
 -- Reply  clock (Redis TIME, µs: the stamp of every decision of the call,
 --        which a REFUND names; 0 when no layer needed it, see own), then for
 --        each request, for each layer, five integers: granted units (0: this
@@ -103,10 +102,6 @@ local function run(keys, args)
           stamp = tonumber(args[a])
           a = a + 1
         end
-        if mode == REFUND then
-          id = tonumber(args[a]) -- the take's level (a bucket's), see tb.decide
-          a = a + 1
-        end
         if ids then
           id = args[a]
           a = a + 1
@@ -182,10 +177,6 @@ local function one(keys, args)
   if mode == REFUND or mode == RENEW then
     a = 3
     stamp = tonumber(args[3])
-  end
-  if mode == REFUND then
-    a = 4
-    id = tonumber(args[4]) -- the take's level (a bucket's), see tb.decide
   end
   local vals = vals1
   if A.ids then

@@ -47,23 +47,16 @@ function lb.load(keys, k, vals, p)
   return st
 end
 
-function lb.decide(st, p, n, mode, stamp, lv)
+function lb.decide(st, p, n, mode, stamp)
   local queued = st.queued
   if mode == REFUND then
     -- As for the token bucket: the queue without these units, drained
     -- linearly and never below empty, is max(0, queued - n). An empty
     -- queue's time is Redis' clock, as a new state's is: a time ahead of
     -- it (a clock step back) would hold back max_delay's room for nothing.
-    -- (Written since the take, or stamp 0, and lv: see the token bucket;
-    -- here the take left the queue above full - lv units, so never lower
-    -- since than that less the drain since.)
+    -- (Written since the take, or stamp 0: see the token bucket.)
     local give = n * p.period
-    if st.wt <= stamp - p.tick or st.wt > stamp then
-      local ticks = ceil(max(0, st.now - stamp) / p.tick)
-      give = n * p.period - ticks * p.rate
-      lv = tonumber(lv) or 0
-      if lv > 0 then give = max(give, min(n * p.period, p.full - lv * p.period + 1 - (ticks + 1) * p.rate)) end
-    end
+    if st.wt <= stamp - p.tick or st.wt > stamp then give = give - ceil(max(0, st.now - stamp) / p.tick) * p.rate end
     if queued > 0 and stamp > 0 and give > 0 then
       queued = max(0, queued - give)
       if queued == 0 then st.t = clock end

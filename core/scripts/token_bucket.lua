@@ -71,7 +71,7 @@ function tb.load(keys, k, vals, p)
   return {key = keys[k], now = now, t = t, tokens = tokens, period = p.period, found = vals[k] ~= nil, dirty = false, wt = wt}
 end
 
-function tb.decide(st, p, n, mode, stamp, lv)
+function tb.decide(st, p, n, mode, stamp)
   local period, full = p.period, p.full
   local tokens, granted = st.tokens, 0
   local cost = n * period
@@ -86,17 +86,8 @@ function tb.decide(st, p, n, mode, stamp, lv)
     -- units given back never fund more than the Limit (see docs/limits.md).
     -- (A stamp of 0 names no decision: a Result made by hand, or one the
     -- local fallback decided, whose units Redis never took.)
-    -- lv (> 0), 1 + the units the take left, bounds that bucket better:
-    -- it stood below lv units after the take, so never higher since than
-    -- that plus the refill since; had the take never happened, it would
-    -- hold n more up to full, and lose to the cap only above that.
     local give = cost
-    if st.wt <= stamp - p.tick or st.wt > stamp then
-      local ticks = ceil(max(0, st.now - stamp) / p.tick)
-      give = cost - ticks * p.rate
-      lv = tonumber(lv) or 0
-      if lv > 0 then give = max(give, min(cost, full - min(full, lv * period - 1 + (ticks + 1) * p.rate))) end
-    end
+    if st.wt <= stamp - p.tick or st.wt > stamp then give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate end
     if stamp > 0 and give > 0 and tokens < full then tokens = min(full, tokens + give) end
   elseif mode == CHARGE then
     -- (Compared first: under several layers, n may be more than this
