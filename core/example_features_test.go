@@ -21,7 +21,7 @@ func ExamplePerMonth() {
 	}
 	defer mr.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 
 	berlin, err := time.LoadLocation("Europe/Berlin")
 	if err != nil {

@@ -251,7 +251,7 @@ func readResult(vals []any, at, i int, clock int64, pl *plan) (Result, error) {
 		Delay:      time.Duration(ints[4]) * time.Microsecond,
 		stamp:      clock,
 	}
-	if clock > 0 && !(len(pl.layers) == 1 && pl.layers[0].row.tagged) {
+	if clock > 0 && (len(pl.layers) != 1 || !pl.layers[0].row.tagged) {
 		// (A FixedWindow over a Period alone reads the clock only when a
 		// window opens: its Results take the Limiter's, all alike.)
 		r.At = time.UnixMicro(clock)

@@ -21,7 +21,7 @@ func TestRealStartsItsOwn(t *testing.T) {
 		if err := rdb.Ping(t.Context()).Err(); err != nil {
 			t.Fatal(err)
 		}
-		os.Stdout.WriteString("ADDR " + rdb.Options().Addr + "\n")
+		_, _ = os.Stdout.WriteString("ADDR " + rdb.Options().Addr + "\n")
 		return
 	}
 	if _, ok := serverOnPath(); !ok {
