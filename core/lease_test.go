@@ -344,3 +344,30 @@ func TestLeaseGiveBackAfterItsWindowGivesNothing(t *testing.T) {
 		t.Errorf("after the late give-back the window has %d left (%v), want 5: it gained units it never had", p.Remaining, err)
 	}
 }
+
+// TestEchoesBounded: a Limiter that Resets on every request (a handler's
+// Reset after a login, say) keeps at most echoMax expected echoes, so a
+// client who drives Resets makes neither memory nor each Reset's work grow
+// with their rate; an expired echo is no longer its own.
+func TestEchoesBounded(t *testing.T) {
+	var e echoes
+	now := redistest.Epoch
+	for i := range 10 * echoMax {
+		e.expect(strconv.Itoa(i), now)
+	}
+	if len(e.m) != echoMax {
+		t.Fatalf("%d echoes expected, want at most %d", len(e.m), echoMax)
+	}
+	if !e.own("0", now) || e.own("0", now) {
+		t.Error("an expected echo is its own once")
+	}
+	e.expect("late", now)
+	if e.own("late", now.Add(echoWait+time.Millisecond)) {
+		t.Error("an echo past echoWait is taken for its own")
+	}
+	e.expect("fill", now)                        // full again
+	e.expect("x", now.Add(echoWait+time.Second)) // full: sweeps the expired
+	if len(e.m) != 1 {
+		t.Errorf("%d echoes after the sweep, want 1", len(e.m))
+	}
+}

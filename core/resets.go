@@ -48,7 +48,12 @@ type echoes struct {
 	m  map[string]time.Time // tag: until when its echo is expected
 }
 
-const echoWait = 5 * time.Second
+// echoWait is how long an echo is expected; echoMax bounds how many are,
+// since a handler may Reset on every request (a login that succeeded).
+const (
+	echoWait = 5 * time.Second
+	echoMax  = 1024
+)
 
 func (e *echoes) expect(tag string, now time.Time) {
 	e.mu.Lock()
@@ -56,12 +61,18 @@ func (e *echoes) expect(tag string, now time.Time) {
 	if e.m == nil {
 		e.m = make(map[string]time.Time)
 	}
-	for t, until := range e.m {
-		if now.After(until) {
-			delete(e.m, t)
+	if len(e.m) >= echoMax { // sweep only when full: a Reset costs O(1) amortised
+		for t, until := range e.m {
+			if now.After(until) {
+				delete(e.m, t)
+			}
 		}
 	}
-	e.m[tag] = now.Add(echoWait)
+	if _, ok := e.m[tag]; ok || len(e.m) < echoMax {
+		e.m[tag] = now.Add(echoWait)
+	}
+	// Else the echo is not expected and forgets this key's fresh lease
+	// when it comes: units lost, the strict side, never more admitted.
 }
 
 // own reports whether a message naming tag is the echo of this Limiter's
