@@ -48,7 +48,7 @@ type algorithm struct {
 	script int
 	// suffixes end the Redis keys of one state, in the order of its
 	// script's KEYS. The digit marks the format of this version's scripts
-	// (3; 4 for the period FixedWindow's integer), so a key an earlier
+	// (3; 4 for the period FixedWindow's integer and the buckets' count of units taken), so a key an earlier
 	// version wrote is never misread: it expires.
 	suffixes []string
 	// source is the algorithm's script (scripts/<name>.lua).
@@ -61,6 +61,10 @@ type algorithm struct {
 	// fifth integer of the script's reply, not the call's clock (a period
 	// FixedWindow, which reads no clock inside a window).
 	tagged bool
+	// positions: a take's reply carries its position in the state's count
+	// of units taken, which its give-back names (the buckets; see POS in
+	// scripts/prelude.lua).
+	positions bool
 	// queues: an admitted request waits its Result.Delay in a queue that
 	// drains at the rate (LeakyBucket), so Wait measures a deadline
 	// against the queue ahead, not against RetryAfter alone.
@@ -76,8 +80,8 @@ type algorithm struct {
 }
 
 var algorithms = [...]algorithm{
-	TokenBucket: {name: "token_bucket", script: 1, suffixes: []string{":tb3"}, source: tokenBucketLua,
-		burst: true, local: localBucket, args: bucketArgs},
+	TokenBucket: {name: "token_bucket", script: 1, suffixes: []string{":tb4"}, source: tokenBucketLua,
+		burst: true, positions: true, local: localBucket, args: bucketArgs},
 	SlidingWindow: {name: "sliding_window", script: 2, suffixes: []string{":sw3", ":sw3m"}, source: slidingWindowLua,
 		local: localWindow, args: windowArgs},
 	SlidingWindowCounter: {name: "sliding_window_counter", script: 3, suffixes: []string{":swc3"}, source: slidingWindowCounterLua,
@@ -90,8 +94,8 @@ var algorithms = [...]algorithm{
 		// past the window's end (see Result.RetryAfter): a lease ends
 		// that much before, so no unit of it is spent in the next window.
 		leaseLeft: func(r Result, _ params) time.Duration { return r.ResetAfter - 2*time.Millisecond }},
-	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb3"}, source: leakyBucketLua,
-		burst: true, queues: true, local: localBucket, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},
+	LeakyBucket: {name: "leaky_bucket", script: 5, suffixes: []string{":lb4"}, source: leakyBucketLua,
+		burst: true, positions: true, queues: true, local: localBucket, args: func(p params) []int64 { return []int64{p.period, p.rate, p.capacity, p.maxDelay, p.tick, p.debt} }},
 	Concurrency: {name: "concurrency", script: 6, suffixes: []string{":cc3"}, source: concurrencyLua,
 		ids: true, local: localPermits, args: windowArgs},
 }

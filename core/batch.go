@@ -237,6 +237,7 @@ func (l *Limiter) giveBackLeft(c *pending) {
 		if c.res[j].Granted <= 0 {
 			return // refused: nothing taken
 		}
+		rq.pos[j] = c.res[j].pos
 		if rq.n == 0 && !ly.row.ids {
 			rq.n = c.res[j].Granted // the rate layers' units; a permit is 1
 		}

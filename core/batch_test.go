@@ -178,10 +178,10 @@ func TestBatchMixedModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	stamp := redistest.Epoch.UnixMicro() // the clock stands still: taken now
-	reqs := []modelRequest{{4, modeConsume, 0}, {1, modePeek, 0}, {9, modeAtMost, 0}, {3, modeRefund, stamp}, {5, modeConsume, 0}, {2, modeAtMost, 0}}
+	reqs := []modelRequest{{4, modeConsume, 0, 0}, {1, modePeek, 0, 0}, {9, modeAtMost, 0, 0}, {3, modeRefund, stamp, 0}, {5, modeConsume, 0, 0}, {2, modeAtMost, 0, 0}}
 	calls := make([]*pending, len(reqs))
 	for i, r := range reqs {
-		c := &pending{rq: request{key: "k", pl: pl, n: int(r.n), mode: r.mode, taken: r.stamp}}
+		c := &pending{rq: request{key: "k", pl: pl, n: int(r.n), mode: r.mode, taken: r.stamp, pos: [maxRules]int64{r.pos}}}
 		c.nkeys = copy(c.keys[:], stateKeys(nil, l.prefix, "k", &algorithms[TokenBucket], 0))
 		calls[i] = c
 	}
@@ -372,14 +372,14 @@ func TestBatchOfManyKeysDecidesAsAlone(t *testing.T) {
 			var reqs []modelRequest
 			var owner []int
 			for i := range keys {
-				rs := []modelRequest{{int64(1 + (i+1)%3), modeConsume, 0}}
+				rs := []modelRequest{{int64(1 + (i+1)%3), modeConsume, 0, 0}}
 				switch i {
 				case 5, 10:
-					rs = append(rs, modelRequest{2, modeConsume, 0})
+					rs = append(rs, modelRequest{2, modeConsume, 0, 0})
 				case 7:
 					rs[0].mode = modePeek
 				case 8:
-					rs[0] = modelRequest{4, modeAtMost, 0}
+					rs[0] = modelRequest{4, modeAtMost, 0, 0}
 				}
 				for _, r := range rs {
 					c := &pending{rq: request{key: key("a", i), pl: pl, n: int(r.n), mode: r.mode}}

@@ -264,7 +264,7 @@ func TestRedisFaultReplies(t *testing.T) {
 		{replyError("NOPERM User x has no permissions to run the 'fcall' command"), true},
 		{replyError("ERR user_script:38: redlimit: Redis TIME is more than a calendar window away from the client clock"), false},
 		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
-		{replyError("ERR redlimit: brk:{k}:tb3 holds a value redlimit did not write"), false},
+		{replyError("ERR redlimit: brk:{k}:tb4 holds a value redlimit did not write"), false},
 		{replyError("BUSYKEY Target key name already exists."), false},
 		{replyError("CROSSSLOT Keys in request don't hash to the same slot"), false},
 	} {

@@ -17,6 +17,8 @@ type request struct {
 	// taken is the Redis TIME of the decision a REFUND gives back for;
 	// id names a Concurrency permit (a fresh one is drawn for a take).
 	taken, id int64
+	// pos are a REFUND's take's positions, per layer (see Result.pos).
+	pos [maxRules]int64
 	// tags, when the layers are Rules of several keys (in one slot), are
 	// their keys' escaped tags, one per layer; nil when all are key's.
 	tags []string
@@ -280,10 +282,18 @@ func (rq *request) args(now time.Time) ([]any, bool) {
 	return rq.appendTail(args), false
 }
 
-// appendTail appends the stamp and permit id rq carries, if any.
+// appendTail appends the stamp, positions and permit id rq carries, if
+// any.
 func (rq *request) appendTail(args []any) []any {
 	if rq.mode == modeRefund || rq.mode == modeRenew {
 		args = append(args, rq.taken)
+	}
+	if rq.mode == modeRefund {
+		for j, ly := range rq.pl.layers {
+			if ly.row.positions {
+				args = append(args, rq.pos[j])
+			}
+		}
 	}
 	if rq.pl.ids {
 		args = append(args, rq.id)

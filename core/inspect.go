@@ -40,14 +40,14 @@ type stateReader func(ctx context.Context, rdb redis.Cmdable, key string, now in
 // decoding what the script writes (see "State" at the top of each
 // scripts/*.lua).
 var stateReaders = map[string]stateReader{
-	":tb3":  stringState(tokenBucketState),
+	":tb4":  stringState(tokenBucketState),
 	":sw3":  slidingLogState,
 	":sw3m": stringState(slidingMetaState),
 	":swc3": stringState(windowCounterState),
 	":fw4":  periodWindowState,
 	":fw4o": periodWindowState,
 	":cw3":  stringState(fixedWindowState),
-	":lb3":  stringState(leakyBucketState),
+	":lb4":  stringState(leakyBucketState),
 	":cc3":  permitsState,
 }
 
@@ -152,10 +152,11 @@ func ahead(fields []inspect.Field, start, now int64) []inspect.Field {
 	return fields
 }
 
-// tokenBucketState: "<tokens> <time> <scale>", tokens in 1/scale of a
-// token, negative while in debt, as they were at time.
+// tokenBucketState: "<tokens> <time> <scale> <taken> <epoch>", tokens in
+// 1/scale of a token, negative while in debt, as they were at time (taken
+// and epoch place a give-back's take: they are no quota, so not shown).
 func tokenBucketState(v string, _ int64) ([]inspect.Field, error) {
-	n, err := stateInts(v, 3, 3)
+	n, err := stateInts(v, 5, 5)
 	if err != nil || n[2] <= 0 {
 		return nil, fmt.Errorf("holds %q, not a token bucket", v)
 	}
@@ -167,10 +168,11 @@ func tokenBucketState(v string, _ int64) ([]inspect.Field, error) {
 	return fields, nil
 }
 
-// leakyBucketState: "<queued> <time> <scale>", queued in 1/scale of a
-// unit (above the capacity while in debt), as they were at time.
+// leakyBucketState: "<queued> <time> <scale> <taken> <epoch>", queued in
+// 1/scale of a unit (above the capacity while in debt), as they were at
+// time (taken and epoch: see tokenBucketState).
 func leakyBucketState(v string, _ int64) ([]inspect.Field, error) {
-	n, err := stateInts(v, 3, 3)
+	n, err := stateInts(v, 5, 5)
 	if err != nil || n[2] <= 0 {
 		return nil, fmt.Errorf("holds %q, not a leaky bucket", v)
 	}

@@ -197,7 +197,7 @@ func TestInspectFaults(t *testing.T) {
 	if _, _, err := readStates(ctx, rdb, "", ""); err != ErrEmptyKey {
 		t.Errorf("empty key: %v, want ErrEmptyKey", err)
 	}
-	for _, suffix := range []string{":tb3", ":sw3m", ":swc3", ":fw4", ":cw3", ":lb3"} {
+	for _, suffix := range []string{":tb4", ":sw3m", ":swc3", ":fw4", ":cw3", ":lb4"} {
 		for _, bad := range []string{"", "x", "1 2 x", "1 2 0", "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23", "-", "5", "68719476741"} {
 			mr.FlushAll()
 			key := "ratelimit:{k}" + suffix
@@ -214,10 +214,10 @@ func TestInspectFaults(t *testing.T) {
 		}
 	}
 	mr.FlushAll()
-	if _, err := mr.Lpush("ratelimit:{k}:tb3", "x"); err != nil {
+	if _, err := mr.Lpush("ratelimit:{k}:tb4", "x"); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := readStates(ctx, rdb, "", "k"); err == nil || !strings.Contains(err.Error(), "ratelimit:{k}:tb3") {
+	if _, _, err := readStates(ctx, rdb, "", "k"); err == nil || !strings.Contains(err.Error(), "ratelimit:{k}:tb4") {
 		t.Errorf("a list where a bucket should be: %v, want an error naming the key", err)
 	}
 }

@@ -195,7 +195,7 @@ func (e *lease) decide(ctx context.Context, l *Limiter, n int) (Result, bool, er
 			e.units -= int64(n)
 			e.used += int64(n)
 			res := Result{Allowed: true, Granted: n, Remaining: e.remote + int(e.units),
-				ResetAfter: max(0, e.whole.Sub(now)), Leased: true, stamp: e.taken.stamp}
+				ResetAfter: max(0, e.whole.Sub(now)), Leased: true, stamp: e.taken.stamp, pos: e.taken.pos}
 			e.mu.Unlock()
 			return res, true, nil
 		}
@@ -343,6 +343,6 @@ func (e *lease) giveBack(l *Limiter, units int64, taken Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(l.timeout, 50*time.Millisecond))
 	defer cancel()
 	var out [1]Result
-	rq := &request{key: e.tag, pl: e.pl, n: int(units), mode: modeRefund, taken: taken.stamp}
+	rq := &request{key: e.tag, pl: e.pl, n: int(units), mode: modeRefund, taken: taken.stamp, pos: [maxRules]int64{taken.pos}}
 	_ = l.ask(ctx, rq, e.tag, e.keys, time.Now(), out[:])
 }

@@ -242,7 +242,7 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 		return Result{}, nil // Redis took nothing for a fallback receipt
 	}
 	var out [1]Result
-	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp}, out[:])
+	err = l.decide(ctx, &request{key: key, pl: pl, n: n, mode: mode, taken: taken.stamp, id: taken.stamp, pos: [maxRules]int64{taken.pos}}, out[:])
 	if err == nil && mode <= modeAtMost { // a decision: its Result is a receipt
 		out[0].rule = Rule{Key: key, Limit: limit}
 	}

@@ -1067,7 +1067,7 @@ func FuzzDecide(f *testing.F) {
 // public is r without what only the Limiter reads (the stamp a refund
 // names), for comparisons with a Result literal.
 func public(r Result) Result {
-	r.stamp, r.owner, r.rule, r.several = 0, 0, Rule{}, nil
+	r.stamp, r.pos, r.owner, r.rule, r.several = 0, 0, 0, Rule{}, nil
 	return r
 }
 

@@ -71,8 +71,9 @@ type refAlg interface {
 	drained(now int64) int64
 	// commit records the admission of n units at now.
 	commit(now, n int64)
-	// refund gives back n units taken at stamp, and reports a change.
-	refund(clock, now, n, stamp int64) bool
+	// refund gives back n units taken at stamp, at position pos (the
+	// buckets' count of units taken; 0: unknown), and reports a change.
+	refund(clock, now, n, stamp, pos int64) bool
 	// charge takes n units beyond what is left, and reports a change.
 	charge(clock, now, n int64) bool
 	// gone reports a state that holds nothing and is deleted, not written.
@@ -95,6 +96,7 @@ type refResult struct {
 	allowed                        bool
 	granted                        int64
 	remaining, retry, reset, delay int64
+	pos                            int64 // a bucket's take's position
 	ttl                            int64 // PX set by a write, ms; 0 = no write
 	deleted                        bool  // the state was deleted
 	keep                           int64 // a call's least TTL, ms: extended if more than 1 ms short
@@ -113,6 +115,7 @@ func (r refResult) result(peek bool) Result {
 		RetryAfter: us(r.retry),
 		ResetAfter: us(r.reset),
 		Delay:      us(r.delay),
+		pos:        r.pos,
 	}
 }
 
@@ -208,15 +211,16 @@ func (m *refModel) whole(a refAlg, clock int64) bool {
 	return !a.blocked(now) && a.remaining(now) >= m.capacity
 }
 
-// decide is one call of the limiter at clock; stamp is a refund's take.
-func (m *refModel) decide(clock, n int64, mode int, stamp int64) refResult {
+// decide is one call of the limiter at clock; stamp and pos are a
+// refund's take's.
+func (m *refModel) decide(clock, n int64, mode int, stamp, pos int64) refResult {
 	a := m.alg
 	wrote := a.touch(clock)
 	now := a.effective(clock)
 	var r refResult
 	switch mode {
 	case modeRefund:
-		wrote = a.refund(clock, now, n, stamp) || wrote
+		wrote = a.refund(clock, now, n, stamp, pos) || wrote
 	case modeCharge:
 		wrote = a.charge(clock, now, n) || wrote
 	case modeConsume, modePeek, modeAtMost:
@@ -232,6 +236,9 @@ func (m *refModel) decide(clock, n int64, mode int, stamp int64) refResult {
 			if mode != modePeek {
 				a.commit(now, k)
 				wrote = true
+				if c, ok := a.(interface{ position() int64 }); ok {
+					r.pos = c.position()
+				}
 			}
 			break
 		}
@@ -295,6 +302,53 @@ type refTokenBucket struct {
 	p            params
 	has          bool
 	level, t, sc int64 // tokens at t, in the scale sc
+	takeCount
+}
+
+// takeCount is a bucket's count of the units taken since its epoch (see POS
+// in scripts/prelude.lua), which a take's position names.
+type takeCount struct{ taken, epoch int64 }
+
+const posMod = 1 << 52
+
+// counts are the count and epoch a write at now stores: a new state's
+// epoch is now, and so is that of one whose Limit changed (changed).
+func (c takeCount) counts(has, changed bool, now int64) takeCount {
+	if !has || changed {
+		c.epoch = now
+	}
+	if !has {
+		c.taken = 0
+	}
+	return c
+}
+
+func (c takeCount) position() int64 { return c.taken }
+
+// add counts n more units taken.
+func (c *takeCount) add(n int64) { c.taken = ((c.taken+n)%posMod + posMod) % posMod }
+
+// giveBack is what a refund of n units taken at stamp, at pos, restores
+// to a bucket room scaled units short of its end, whose last write was at
+// wt (see give_back in scripts/prelude.lua); it updates the count.
+func (c *takeCount) giveBack(p params, now, n, stamp, pos, wt, room int64) int64 {
+	if stamp <= 0 || room <= 0 {
+		return 0
+	}
+	cost := n * p.period
+	give := cost
+	if wt <= stamp-p.tick || wt > stamp { // written since the take
+		give -= ceilDiv(max(0, now-stamp), p.tick) * p.rate
+		if pos > 0 && c.epoch <= stamp {
+			since := ((c.taken-pos)%posMod + posMod) % posMod
+			give = max(give, room-since*p.period)
+		}
+	}
+	give = max(0, min(give, cost, room))
+	if pos > 0 && give == cost && pos == c.taken {
+		c.add(-n)
+	}
+	return give
 }
 
 func (b *refTokenBucket) effective(clock int64) int64 {
@@ -333,33 +387,45 @@ func (b *refTokenBucket) remaining(now int64) int64 {
 	return max(0, floorDiv(tokens, b.p.period))
 }
 func (b *refTokenBucket) drained(int64) int64 { return 0 }
-func (b *refTokenBucket) set(tokens, t int64) {
-	b.level, b.t, b.sc, b.has = tokens, t, b.p.period, true
+
+// loaded is the count as a call at now finds it: a Limit change (another
+// scale, or a level above the new capacity) starts a new epoch.
+func (b *refTokenBucket) loaded(now int64) takeCount {
+	full := b.p.capacity * b.p.period
+	if tokens, _ := b.at(now); tokens == full {
+		return takeCount{epoch: now} // (a full bucket starts a new count)
+	}
+	changed := b.sc != b.p.period || b.level > full
+	return b.takeCount.counts(b.has, changed, now)
+}
+func (b *refTokenBucket) set(tokens, t int64, c takeCount) {
+	b.level, b.t, b.sc, b.has, b.takeCount = tokens, t, b.p.period, true, c
 }
 func (b *refTokenBucket) commit(now, n int64) {
 	tokens, t := b.at(now)
-	b.set(tokens-n*b.p.period, t)
+	c := b.loaded(now)
+	c.add(n)
+	b.set(tokens-n*b.p.period, t, c)
 }
-func (b *refTokenBucket) refund(_, now, n, stamp int64) bool {
+func (b *refTokenBucket) refund(_, now, n, stamp, pos int64) bool {
 	wt := b.t
 	if !b.has {
 		wt = 0
 	}
 	tokens, t := b.at(now)
-	full := b.p.capacity * b.p.period
-	give := n * b.p.period
-	if wt <= stamp-b.p.tick || wt > stamp { // written since the take
-		give -= ceilDiv(max(0, now-stamp), b.p.tick) * b.p.rate
-	}
-	if tokens >= full || stamp == 0 || give <= 0 { // (stamp 0 names no decision)
+	c := b.loaded(now)
+	give := c.giveBack(b.p, now, n, stamp, pos, wt, b.p.capacity*b.p.period-tokens)
+	if give <= 0 { // (stamp 0 names no decision)
 		return false
 	}
-	b.set(min(full, tokens+give), t)
+	b.set(tokens+give, t, c)
 	return true
 }
 func (b *refTokenBucket) charge(_, now, n int64) bool {
 	tokens, t := b.at(now)
-	b.set(tokens-n*b.p.period, t)
+	c := b.loaded(now)
+	c.add(n)
+	b.set(tokens-n*b.p.period, t, c)
 	return true
 }
 func (b *refTokenBucket) gone(int64) bool            { return false }
@@ -372,6 +438,7 @@ type refLeakyBucket struct {
 	p            params
 	has          bool
 	level, t, sc int64 // queued at t, in the scale sc
+	takeCount
 }
 
 func (b *refLeakyBucket) effective(clock int64) int64 {
@@ -413,33 +480,43 @@ func (b *refLeakyBucket) drained(now int64) int64 {
 	}
 	return t + ceilDiv(q, b.p.rate)*b.p.tick
 }
-func (b *refLeakyBucket) set(q, t int64) { b.level, b.t, b.sc, b.has = q, t, b.p.period, true }
+func (b *refLeakyBucket) loaded(now int64) takeCount {
+	if q, _ := b.at(now); q == 0 {
+		return takeCount{epoch: now} // (an empty queue starts a new count)
+	}
+	return b.takeCount.counts(b.has, b.sc != b.p.period, now)
+}
+func (b *refLeakyBucket) set(q, t int64, c takeCount) {
+	b.level, b.t, b.sc, b.has, b.takeCount = q, t, b.p.period, true, c
+}
 func (b *refLeakyBucket) commit(now, n int64) {
 	q, t := b.at(now)
-	b.set(q+n*b.p.period, t)
+	c := b.loaded(now)
+	c.add(n)
+	b.set(q+n*b.p.period, t, c)
 }
-func (b *refLeakyBucket) refund(clock, now, n, stamp int64) bool {
+func (b *refLeakyBucket) refund(clock, now, n, stamp, pos int64) bool {
 	wt := b.t
 	if !b.has {
 		wt = 0
 	}
 	q, t := b.at(now)
-	give := n * b.p.period
-	if wt <= stamp-b.p.tick || wt > stamp { // written since the take
-		give -= ceilDiv(max(0, now-stamp), b.p.tick) * b.p.rate
-	}
-	if q == 0 || stamp == 0 || give <= 0 { // (stamp 0 names no decision)
+	c := b.loaded(now)
+	give := c.giveBack(b.p, now, n, stamp, pos, wt, q)
+	if give <= 0 { // (stamp 0 names no decision)
 		return false
 	}
-	if q -= give; q <= 0 {
-		q, t = 0, clock // an empty queue starts at the clock, as a new one
+	if q -= give; q == 0 {
+		t = clock // an empty queue starts at the clock, as a new one
 	}
-	b.set(q, t)
+	b.set(q, t, c)
 	return true
 }
 func (b *refLeakyBucket) charge(_, now, n int64) bool {
 	q, t := b.at(now)
-	b.set(q+n*b.p.period, t)
+	c := b.loaded(now)
+	c.add(n)
+	b.set(q+n*b.p.period, t, c)
 	return true
 }
 func (b *refLeakyBucket) gone(int64) bool            { return false }
@@ -486,7 +563,7 @@ func (w *refFixedWindow) commit(now, n int64) {
 	s, c, _ := w.window(now)
 	w.start, w.count, w.has = s, c+n, true
 }
-func (w *refFixedWindow) refund(_, now, n, stamp int64) bool {
+func (w *refFixedWindow) refund(_, now, n, stamp, _ int64) bool {
 	s, c, ahead := w.window(now)
 	if ahead || stamp < s || stamp >= s+w.period || c == 0 {
 		return false
@@ -606,7 +683,7 @@ func (w *refSlidingWindow) add(t, units int64) {
 
 func (w *refSlidingWindow) commit(now, n int64) { w.add(now, n) }
 
-func (w *refSlidingWindow) refund(clock, _, n, stamp int64) bool {
+func (w *refSlidingWindow) refund(clock, _, n, stamp, _ int64) bool {
 	if len(w.entries) == 0 || stamp <= clock-w.period {
 		return false
 	}
@@ -728,7 +805,7 @@ func (w *refSlidingWindowCounter) commit(now, n int64) {
 	s, c, p, _ := w.window(now)
 	w.start, w.count, w.prev, w.has = s, c+n, p, true
 }
-func (w *refSlidingWindowCounter) refund(_, now, n, stamp int64) bool {
+func (w *refSlidingWindowCounter) refund(_, now, n, stamp, _ int64) bool {
 	s, c, p, ahead := w.window(now)
 	if ahead {
 		return false
@@ -835,8 +912,8 @@ func TestModelSelfCheck(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m := newRefModel(tt.lim)
 			for i, c := range tt.calls {
-				got := m.decide(e+c.at, c.n, c.mode, e+c.stamp)
-				got.ttl, got.deleted, got.keep = 0, false, 0
+				got := m.decide(e+c.at, c.n, c.mode, e+c.stamp, 0)
+				got.ttl, got.deleted, got.keep, got.pos = 0, false, 0, 0
 				if got != c.want {
 					t.Fatalf("call %d (at %+dµs, n=%d, mode %d): got %+v, want %+v", i, c.at, c.n, c.mode, got, c.want)
 				}
@@ -981,9 +1058,9 @@ func (h *harness) advance(dt int64) {
 
 // modelRequest is one request of a step; stamp is a refund's take.
 type modelRequest struct {
-	n     int64
-	mode  int
-	stamp int64
+	n          int64
+	mode       int
+	stamp, pos int64
 }
 
 // call makes the requests on key, in one script call, in both the script
@@ -996,7 +1073,7 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 	}
 	calls := make([]*pending, len(reqs))
 	for i, r := range reqs {
-		c := &pending{rq: request{key: key, pl: pl, n: int(r.n), mode: r.mode, taken: r.stamp}}
+		c := &pending{rq: request{key: key, pl: pl, n: int(r.n), mode: r.mode, taken: r.stamp, pos: [maxRules]int64{r.pos}}}
 		c.nkeys = copy(c.keys[:], stateKeys(nil, "model", key, h.lim.row(), 0))
 		calls[i] = c
 	}
@@ -1011,7 +1088,9 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 		case modePeek:
 			res, err = h.l.Peek(h.ctx, h.lim.For(key))
 		case modeRefund:
-			err = h.l.Refund(h.ctx, handReceipt(h.l, key, h.lim, int(r.n), r.stamp))
+			rc := handReceipt(h.l, key, h.lim, int(r.n), r.stamp)
+			rc.pos = r.pos
+			err = h.l.Refund(h.ctx, rc)
 		case modeCharge:
 			_, err = h.l.Settle(h.ctx, receiptFor(h.l, h.lim.For(key), 0, 0), int(r.n))
 		}
@@ -1023,7 +1102,7 @@ func (h *harness) call(key string, m *refModel, reqs []modelRequest) (got, want 
 		if calls[i].err != nil {
 			h.fatalf("request %d %+v: %v", i, r, calls[i].err)
 		}
-		w := m.decide(h.clock, r.n, r.mode, r.stamp)
+		w := m.decide(h.clock, r.n, r.mode, r.stamp, r.pos)
 		wr := w.result(r.mode == modePeek)
 		res := calls[i].res[0]
 		res.stamp, res.owner, res.rule, res.several = 0, 0, Rule{}, nil
@@ -1292,7 +1371,7 @@ func runProp(t *testing.T, pc propCase, seed uint64, back, expire bool) {
 				i := len(takes) - 1 - rng.IntN(min(len(takes), 4))
 				tk := takes[i]
 				takes = append(takes[:i:i], takes[i+1:]...)
-				return modelRequest{n: 1 + rng.Int64N(tk.n), mode: modeRefund, stamp: tk.stamp}
+				return modelRequest{n: 1 + rng.Int64N(tk.n), mode: modeRefund, stamp: tk.stamp, pos: tk.pos}
 			case r < 7:
 				return modelRequest{n: drawN(), mode: modeCharge}
 			}
@@ -1341,7 +1420,7 @@ func runProp(t *testing.T, pc propCase, seed uint64, back, expire bool) {
 			case r.mode == modeCharge || r.mode == modePeek:
 			case last[i].allowed:
 				admitted++
-				takes = append(takes, modelRequest{n: last[i].granted, stamp: h.clock})
+				takes = append(takes, modelRequest{n: last[i].granted, stamp: h.clock, pos: last[i].pos})
 			default:
 				denied++
 			}

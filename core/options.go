@@ -56,8 +56,8 @@ func (c *config) fail(format string, args ...any) {
 
 // WithPrefix sets the first part of every Redis key the Limiter writes:
 // "<prefix>:{<key>}<suffix>", where the suffix names the algorithm and the
-// state's version (":tb3" for a token bucket, ":sw3" and ":sw3m" for a
-// sliding window), and a layer after the first adds its index (":tb3:1").
+// state's version (":tb4" for a token bucket, ":sw3" and ":sw3m" for a
+// sliding window), and a layer after the first adds its index (":tb4:1").
 // The key is escaped (see the package doc), and braces in the prefix too,
 // so neither can choose the hash tag. Default: "ratelimit".
 func WithPrefix(prefix string) Option {

@@ -69,6 +69,10 @@ type Result struct {
 	// for Concurrency, the permit's id; for a period FixedWindow, the tag
 	// of the window the units were taken in.
 	stamp int64
+	// pos is a bucket's take's position in its state's count of units
+	// taken, which a give-back names (0: unknown; see POS in
+	// scripts/prelude.lua).
+	pos int64
 	// owner names the state the units were taken from (see receipt), so
 	// that a receipt whose Granted was changed is refused.
 	owner uint64
@@ -256,7 +260,9 @@ func readResult(vals []any, at, i int, clock int64, pl *plan) (Result, error) {
 		// window opens: its Results take the Limiter's, all alike.)
 		r.At = time.UnixMicro(clock)
 	}
-	if pl.layers[i%len(pl.layers)].row.tagged {
+	if row := pl.layers[i%len(pl.layers)].row; row.positions && r.Granted > 0 {
+		r.pos, r.RetryAfter = ints[2], 0
+	} else if row.tagged {
 		r.Delay = 0
 		// (A plan of several layers reads the clock, which names every
 		// layer's window.)

@@ -70,9 +70,10 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // Refund gives back what taken (the Result of a call that admitted a
 // request) took but did not use: the request failed, or should not count.
 // A refund leaves the state the key would have had if the units had never
-// been taken (TestGiveBackRestoresSweep; a bucket others took from since
-// gets back less, never more). For Concurrency, Refund gives the permit
-// back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
+// been taken (TestGiveBackRestoresSweep). A bucket others took from since
+// gets exactly that while it stays short of full, else less, never more
+// (TestGiveBackModelSweep, docs/limits.md). For Concurrency, Refund gives
+// the permit back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
 //
 // Refund or settle a receipt once. A retry after an error gives nothing
 // back twice for a receipt of several Rules (TestRetryGivesNothingTwice);

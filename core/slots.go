@@ -61,7 +61,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			if lim.Algorithm == Concurrency {
 				rq.id = parts[i].stamp
 			} else {
-				rq.taken = parts[i].stamp
+				rq.taken, rq.pos[k] = parts[i].stamp, parts[i].pos
 			}
 		}
 		if k == 0 {

@@ -47,7 +47,7 @@ func TestREADMECommands(t *testing.T) {
 	}
 	url := "redis://" + mr.Addr()
 	out, errs, code := cli(t, "-redis", url, "-name", "http", "inspect", "203.0.113.9")
-	if code != 0 || !strings.Contains(out, "token_bucket layer 0  ratelimit:{http:ip:203.0.113.9}:tb3") {
+	if code != 0 || !strings.Contains(out, "token_bucket layer 0  ratelimit:{http:ip:203.0.113.9}:tb4") {
 		t.Errorf("inspect: exit %d\n%s%s; want the client's token bucket", code, out, errs)
 	}
 	out, errs, code = cli(t, "-redis", url, "reset", "203.0.113.9") // -name http is the default
@@ -141,7 +141,7 @@ func TestResetKeepsPermits(t *testing.T) {
 	}
 	var out resetJSON
 	cliJSON(t, &out, "-redis", "redis://"+mr.Addr(), "reset", "192.0.2.1")
-	if fmt.Sprint(out.Deleted) != "[ratelimit:{"+key+"}:tb3]" || len(out.Kept) != 1 || !strings.Contains(out.Kept[0], ":cc3") {
+	if fmt.Sprint(out.Deleted) != "[ratelimit:{"+key+"}:tb4]" || len(out.Kept) != 1 || !strings.Contains(out.Kept[0], ":cc3") {
 		t.Errorf("reset -json: deleted %v, kept %v; want the bucket deleted and the permit kept", out.Deleted, out.Kept)
 	}
 	if out.Listening != 1 {

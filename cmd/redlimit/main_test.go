@@ -69,7 +69,7 @@ func cliSuite(t *testing.T, rdb redis.UniversalClient, conn ...string) {
 	flags := append(conn, "-prefix", prefix, "-name", "api")
 
 	out, errs, code := cli(t, append(flags, "inspect", "192.0.2.7")...)
-	if code != 0 || !strings.Contains(out, "token_bucket layer 0  "+prefix+":{api:ip:192.0.2.7}:tb3  TTL ") ||
+	if code != 0 || !strings.Contains(out, "token_bucket layer 0  "+prefix+":{api:ip:192.0.2.7}:tb4  TTL ") ||
 		!strings.Contains(out, "  tokens       7\n") {
 		t.Errorf("inspect: exit %d\n%s%s\nwant the token bucket with 7 tokens", code, out, errs)
 	}
@@ -84,7 +84,7 @@ func cliSuite(t *testing.T, rdb redis.UniversalClient, conn ...string) {
 
 	var reset struct{ Deleted []string }
 	cliJSON(t, &reset, append(flags, "reset", "192.0.2.7")...)
-	if len(reset.Deleted) != 1 || !strings.HasSuffix(reset.Deleted[0], ":tb3") {
+	if len(reset.Deleted) != 1 || !strings.HasSuffix(reset.Deleted[0], ":tb4") {
 		t.Errorf("reset -json: deleted %v, want the token bucket", reset.Deleted)
 	}
 	out, _, code = cli(t, append(flags, "inspect", "192.0.2.7")...)

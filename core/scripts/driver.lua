@@ -11,14 +11,17 @@
 --        (see limit in the prelude); then for each caller key, in the order
 --        of KEYS, its requests: code = n * 8 + mode (n units, mode as the
 --        prelude names them), negated when the key's next request follows
---        it, then the stamp of the take for REFUND and RENEW, then the
---        permit id when a layer's algorithm has ids (Concurrency)
+--        it, then the stamp of the take for REFUND and RENEW, then for
+--        REFUND the take's position under each layer that counts them
+--        (pos: the buckets), then the permit id when a layer's algorithm
+--        has ids (Concurrency)
 -- Reply  clock (Redis TIME, µs: the stamp of every decision of the call,
 --        which a REFUND names; 0 when no layer needed it, see own), then for
 --        each request, for each layer, five integers: granted units (0: this
 --        layer denies; for PEEK the n that would pass; 0 for REFUND, CHARGE
 --        and RENEW but a kept permit's 1), remaining units after it,
---        retry_after µs (0 unless denied), reset_after µs (until the quota
+--        retry_after µs (0 unless denied; a bucket's take replies its
+--        position there instead, see POS), reset_after µs (until the quota
 --        is whole), and delay µs (LeakyBucket: how long an admitted request
 --        waits before it proceeds), or for a period FixedWindow the window's
 --        tag, the stamp a REFUND of its units names. A period FixedWindow's
@@ -29,6 +32,7 @@
 -- each layer's reply says whether it alone would admit. Nothing runs
 -- between the two passes: a call is atomic.
 local vals0 = {} -- (no values: the algorithm reads its own)
+local pos = {} -- (a REFUND's positions, per layer: read before use)
 
 local function run(keys, args)
   if not call then init() end
@@ -102,6 +106,14 @@ local function run(keys, args)
           stamp = tonumber(args[a])
           a = a + 1
         end
+        if mode == REFUND then
+          for i = 1, nl do
+            if layers[i].A.pos then
+              pos[i] = tonumber(args[a])
+              a = a + 1
+            end
+          end
+        end
         if ids then
           id = args[a]
           a = a + 1
@@ -109,7 +121,7 @@ local function run(keys, args)
         if mode ~= PEEK then nonpeek = true end
         if nl == 1 then
           local l = layers[1]
-          local g, r, rt, rs, d = l.A.decide(st[1], l.p, n, mode, stamp, id)
+          local g, r, rt, rs, d = l.A.decide(st[1], l.p, n, mode, stamp, l.A.pos and pos[1] or id)
           out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = g, r, rt, rs, d
           o = o + 5
           resets[1] = rs
@@ -118,13 +130,13 @@ local function run(keys, args)
           if mode == CONSUME then first = PEEK end
           for i = 1, nl do
             local l = layers[i]
-            rep[i] = {l.A.decide(st[i], l.p, n, first, stamp, id)}
+            rep[i] = {l.A.decide(st[i], l.p, n, first, stamp, l.A.pos and pos[i] or id)}
             if first == PEEK and rep[i][1] == 0 then all = false end
           end
           if mode == CONSUME and all then
             for i = 1, nl do
               local l = layers[i]
-              rep[i] = {l.A.decide(st[i], l.p, n, CONSUME, stamp, id)}
+              rep[i] = {l.A.decide(st[i], l.p, n, CONSUME, stamp, l.A.pos and 0 or id)}
             end
           end
           for i = 1, nl do
@@ -177,6 +189,10 @@ local function one(keys, args)
   if mode == REFUND or mode == RENEW then
     a = 3
     stamp = tonumber(args[3])
+  end
+  if mode == REFUND and A.pos then
+    a = 4
+    id = tonumber(args[4])
   end
   local vals = vals1
   if A.ids then

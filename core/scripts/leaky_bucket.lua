@@ -2,10 +2,12 @@
 -- of rate per period; a request is admitted with the delay it must wait
 -- before it proceeds, while at most capacity units are queued.
 --
--- State    one string key, "<queued> <time> <scale>": queued units in
---          scaled units (1/scale of a unit; more than capacity while the
---          queue is in debt, CHARGE), time µs at which queued was true,
---          scale the period they were scaled by
+-- State    one string key, "<queued> <time> <scale> <taken> <epoch>":
+--          queued units in scaled units (1/scale of a unit; more than
+--          capacity while the queue is in debt, CHARGE), time µs at which
+--          queued was true, scale the period they were scaled by, and the
+--          units taken since epoch as the token bucket counts them (an
+--          empty queue starts a new epoch)
 -- Limit    params (see limit in the prelude): period in ticks / g, rate / g (the drain per tick in
 --          scaled units), capacity units, max_delay µs (the longest delay to
 --          hand out; 0: only capacity bounds it), tick µs (1 unless the
@@ -18,7 +20,7 @@
 -- record. remaining counts what max_delay lets in, not only queue room. delay, retry_after and reset_after are measured from Redis'
 -- clock: after a clock step back they include the step, and max_delay is
 -- held to that.
-local lb = {nkeys = 1, nparams = 6}
+local lb = {nkeys = 1, nparams = 6, pos = true}
 
 function lb.params(args, a)
   local period, rate = tonumber(args[a]), tonumber(args[a + 1])
@@ -27,40 +29,39 @@ function lb.params(args, a)
 end
 
 function lb.load(keys, k, vals, p)
-  local st = {key = keys[k], now = clock, t = clock, queued = 0, wt = 0}
+  local st = {key = keys[k], now = clock, t = clock, queued = 0, wt = 0, taken = 0, epoch = clock}
   local v = vals[k]
   if not v then return st end
-  local queued, t, scale = match(v, '^(%d+) (%d+) (%d+)$')
-  if not scale then corrupt(keys[k]) end
+  local queued, t, scale, taken, epoch = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not epoch then corrupt(keys[k]) end
   queued, t, scale = tonumber(queued), tonumber(t), tonumber(scale)
-  st.found, st.wt = true, t
-  if scale ~= p.period then queued = ceil(queued / scale * p.period) end
+  st.found, st.wt, st.taken, st.epoch = true, t, tonumber(taken), epoch -- (epoch: see tb_at)
   if t > clock then st.now = t end
+  if scale ~= p.period then
+    queued = ceil(queued / scale * p.period)
+    st.epoch = st.now
+  end
   -- Drain by whole ticks since t; the time keeps what is left of a tick.
   local ticks = floor((st.now - t) / p.tick)
   if queued > 0 and ticks < ceil(queued / p.rate) then
     st.queued = queued - ticks * p.rate
     st.t = t + ticks * p.tick
   else
-    st.t = st.now
+    -- (Empty, it owes no take anything: its count starts again.)
+    st.t, st.taken, st.epoch = st.now, 0, st.now
   end
   return st
 end
 
-function lb.decide(st, p, n, mode, stamp)
+function lb.decide(st, p, n, mode, stamp, pos)
   local queued = st.queued
   if mode == REFUND then
-    -- As for the token bucket: the queue without these units, drained
-    -- linearly and never below empty, is max(0, queued - n). An empty
-    -- queue's time is Redis' clock, as a new state's is: a time ahead of
-    -- it (a clock step back) would hold back max_delay's room for nothing.
-    -- (Written since the take, or stamp 0: see the token bucket.)
-    local give = n * p.period
-    if st.wt <= stamp - p.tick or st.wt > stamp then give = give - ceil(max(0, st.now - stamp) / p.tick) * p.rate end
-    if queued > 0 and stamp > 0 and give > 0 then
-      queued = max(0, queued - give)
-      if queued == 0 then st.t = clock end
-    end
+    -- As for the token bucket (see give_back): the queue without these
+    -- units, drained linearly and never below empty. An empty queue's
+    -- time is Redis' clock, as a new state's is: a time ahead of it (a
+    -- clock step back) would hold back max_delay's room for nothing.
+    queued = queued - give_back(st, p, n, stamp, pos, queued)
+    if queued == 0 and st.queued > 0 then st.t, st.taken, st.epoch = clock, 0, clock end
   elseif mode == CHARGE then
     -- (Compared first, as the token bucket does.)
     local most = p.full + p.debt
@@ -85,6 +86,7 @@ function lb.decide(st, p, n, mode, stamp)
     end
   end
   if queued ~= st.queued then
+    if queued > st.queued then st.taken = count(st.taken, ceil((queued - st.queued) / p.period)) end
     st.queued, st.dirty = queued, true
     st.wt = st.t
   end
@@ -100,11 +102,13 @@ function lb.decide(st, p, n, mode, stamp)
     local room = floor((p.max_delay + clock - st.t) / p.tick) * p.rate - queued
     if room < 0 then left = 0 else left = min(left, floor(room / p.period) + 1) end
   end
+  if granted > 0 and mode ~= PEEK then retry = st.taken end
   return granted, max(0, left), retry, reset, delay
 end
 
 local function lb_encode(st)
-  return fmt('%d %d %d', st.queued, st.t, st.period)
+  if type_(st.epoch) == 'string' then return fmt('%d %d %d %d %s', st.queued, st.t, st.period, st.taken, st.epoch) end
+  return fmt('%d %d %d %d %d', st.queued, st.t, st.period, st.taken, st.epoch)
 end
 
 function lb.save(st, p, reset, nonpeek)

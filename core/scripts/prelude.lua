@@ -131,6 +131,48 @@ local function persist(st, reset, nonpeek, encode)
   return nil
 end
 
+-- A bucket's state counts the units taken from it, modulo POS, and a take
+-- replies its count after it (its position) in place of retry_after, which
+-- is 0 for a take. A give-back names its take's position: the units taken
+-- since are the count now less the position.
+local POS = 4503599627370496 -- 2^52
+
+local function count(taken, n)
+  return (taken + n) % POS
+end
+
+-- give_back is what a REFUND of n units taken at stamp, at position pos
+-- (0: unknown), restores to a bucket st that is room (scaled units) short
+-- of where it can go no further (a token bucket's full, a queue's empty).
+-- Had the units never been taken, the bucket would be up to n further at
+-- any time since, short only of what it lost standing against that end
+-- meanwhile. The loss is known in three cases, and otherwise bounded so
+-- that a give-back never leaves the bucket beyond the state without the
+-- take (TestGiveBackModelSweep):
+--   nothing written since the take: its level since only moved towards
+--     the end, so it lost exactly what it is now past room;
+--   counted (the take's epoch, pos known): the level since the take was
+--     never further from room than now plus the units taken since, so the
+--     loss is at most those units past room;
+--   otherwise each tick since the take is counted as lost.
+-- A give-back of the last take (none since) that restores it all leaves
+-- the count as if it had never been taken, so that a later give-back of
+-- an earlier take does not count it (take and refund alternating).
+local function give_back(st, p, n, stamp, pos, room)
+  if stamp <= 0 or room <= 0 then return 0 end
+  local cost = n * p.period
+  local give = cost
+  if st.wt <= stamp - p.tick or st.wt > stamp then
+    give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate
+    if pos > 0 and tonumber(st.epoch) <= stamp then
+      give = max(give, room - (st.taken - pos) % POS * p.period)
+    end
+  end
+  give = max(0, min(give, cost, room))
+  if pos > 0 and give == cost and pos == st.taken then st.taken = count(st.taken, -n) end
+  return give
+end
+
 -- corrupt stops the call on a value none of these scripts wrote.
 local function corrupt(key)
   error('redlimit: ' .. key .. ' holds a value redlimit did not write')

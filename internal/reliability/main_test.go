@@ -13,7 +13,7 @@ import (
 const (
 	swKey  = ":sw3"  // SlidingWindow's log
 	swmKey = ":sw3m" // SlidingWindow's second key
-	tbKey  = ":tb3"  // TokenBucket
+	tbKey  = ":tb4"  // TokenBucket
 	fwKey  = ":fw4"  // FixedWindow
 )
 
