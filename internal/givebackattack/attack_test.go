@@ -22,10 +22,11 @@ import (
 // call of their own, as Rules in different Cluster slots do, and a
 // refusal by a later key gives back the earlier key's take.
 type env struct {
-	t  *testing.T
-	mr *miniredis.Miniredis
-	l  *core.Limiter
-	ls *core.Limiter
+	t   *testing.T
+	mr  *miniredis.Miniredis
+	l   *core.Limiter
+	ls  *core.Limiter
+	rdb *redis.Client // l's
 
 	mu   sync.Mutex
 	t0   time.Time
@@ -75,7 +76,8 @@ func newEnv(t *testing.T) *env {
 	opts := []core.Option{core.WithPrefix("gba"), core.WithLogger(nil), core.WithLocalFallback(0, 0),
 		core.WithBreaker(0, 0), core.WithTimeout(time.Minute)}
 	var err error
-	if e.l, err = core.New(client(), opts...); err != nil {
+	e.rdb = client()
+	if e.l, err = core.New(e.rdb, opts...); err != nil {
 		t.Fatal(err)
 	}
 	rs := client()
@@ -206,7 +208,8 @@ type receipt struct {
 
 // TestGiveBackFuzzNeverAbove: random interleavings of takes (alone and
 // batched at one instant), Refunds, Settles (below, at and above the
-// take), refusals by a later slot (with and without time between the
+// take), AllowAtMost, takes under user and a key in another slot,
+// refusals by a later slot (with and without time between the
 // slots), Resets (receipts of before one are dropped), and the clock moving by 1µs to 5s, on both buckets and
 // three Limits; after every step the key must be at or below the model
 // without the units given back. It prints the mean loss, so that an
@@ -247,6 +250,7 @@ func fuzzOnce(t *testing.T, lim core.Limit, seed uint64) (gapSum, checks int64) 
 	if r, err := e.l.Allow(ctx, 10, refuser); err != nil || !r.Allowed {
 		t.Fatal(r, err)
 	}
+	side := core.Limit{Rate: 1000, Period: time.Second}.For("side")
 	capacity := lim.Capacity()
 	var held []receipt
 	ids := 0
@@ -281,7 +285,7 @@ func fuzzOnce(t *testing.T, lim core.Limit, seed uint64) (gapSum, checks int64) 
 			}
 		case p < 43:
 			if r, ok := pick(); ok {
-				if err := e.l.Refund(ctx, r.res); err != nil {
+				if err := []*core.Limiter{e.l, e.ls}[rnd.IntN(2)].Refund(ctx, r.res); err != nil {
 					t.Fatal(err)
 				}
 				b.events[r.ev].n = 0
@@ -334,7 +338,28 @@ func fuzzOnce(t *testing.T, lim core.Limit, seed uint64) (gapSum, checks int64) 
 				}
 			}
 			e.logf("%d concurrent takes of 1: %v admitted", k, got)
-		case p < 73:
+		case p < 78:
+			// AllowAtMost (granted may be less than asked), or a take
+			// under user and a side key in another slot (a receipt of
+			// several Rules, given back slot by slot).
+			n := 1 + rnd.IntN(3)
+			var r core.Result
+			var err error
+			if p < 75 {
+				r, err = e.l.AllowAtMost(ctx, n, user)
+			} else {
+				r, err = e.ls.Allow(ctx, min(n, capacity), user, side)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Allowed {
+				keep(r)
+				e.logf("take %d (at most, or with a side key in another slot): #%d granted %d", n, ids-1, r.Granted)
+			} else {
+				e.logf("take %d (at most, or with a side key): denied", n)
+			}
+		case p < 80:
 			if err := e.l.Reset(ctx, user.Key); err != nil {
 				t.Fatal(err)
 			}
