@@ -6,8 +6,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlimit/redlimit/core"
 )
@@ -172,28 +176,164 @@ func orders5() [][]string {
 	return out
 }
 
-// TestRefundAfterExpiry: take A, the bucket refills to full and its key
-// expires, another take recreates it, then A is refunded. Without A the
-// bucket would also have been full, so nothing may come back above the
-// other take.
+// TestRefundAfterExpiry: takes before A, take A, the bucket refills to
+// full and its key expires, other takes recreate it, then A is refunded.
+// Without A the bucket would also have been full, so nothing may come
+// back above the other takes. The sizes sweep how many units the old key
+// had counted at A and the new key counts by the refund, so that a count
+// of units taken since A, read from a state that restarted at zero, would
+// come out at zero (or below) whatever it counts from.
 func TestRefundAfterExpiry(t *testing.T) {
 	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
-		for _, after := range []time.Duration{0, time.Microsecond, 50 * time.Millisecond} {
-			e := newEnv(t)
-			p := newTwin(e)
-			lim := core.Limit{Algorithm: alg, Rate: 10, Period: time.Second}
-			a := p.solo(lim, 3, "A")
-			e.adv(400 * time.Millisecond) // full again: the key's TTL ends here
-			e.logf("clock: full, the key expired")
-			if n := len(e.mr.Keys()); n != 0 {
-				t.Logf("%s: %d keys left after the refill (%v)", alg, n, e.mr.Keys())
+		e := newEnv(t)
+		p := newTwin(e)
+		lim := core.Limit{Algorithm: alg, Rate: 10, Period: time.Second}
+		i := 0
+		for before := range 3 {
+			for _, size := range []int{1, 3} {
+				for _, again := range [][]int{{1}, {size}, {before + size}, {before, size}, {4}} {
+					for _, after := range []time.Duration{0, time.Microsecond, 50 * time.Millisecond} {
+						p.next(i)
+						i++
+						e.adv(2 * time.Second)
+						if before > 0 {
+							p.kept(lim, before)
+						}
+						a := p.solo(lim, size, "A")
+						e.adv(time.Second) // full again: the key's TTL ends here
+						if e.mr.Exists("gba:{"+p.user+"}:tb3") || e.mr.Exists("gba:{"+p.user+"}:lb3") {
+							t.Logf("%s: the key outlived its refill (%v)", alg, e.mr.Keys())
+						}
+						for _, n := range again {
+							if n > 0 {
+								p.kept(lim, n)
+							}
+						}
+						e.adv(after)
+						p.refund(a, "A")
+						p.check(lim, fmt.Sprintf("%s: %d kept, A %d, expiry, %v kept, refund %v later", alg, before, size, again, after))
+					}
+				}
 			}
-			p.kept(lim, 2)
-			e.adv(after)
-			p.refund(a, "A")
-			p.check(lim, fmt.Sprintf("%s refund %v after the recreating take", alg, after))
 		}
 	}
+}
+
+// TestRefundAfterRefillAndCharge: take A, the bucket refills to full (A
+// is forgotten: the bucket without it is full too), then a Settle charges
+// units that were never taken (a Peek's receipt: Settle charges all of
+// used), then A is refunded. A give-back that counted only the units
+// taken since A, not those charged, would find nothing taken since and
+// give A back whole on top of the charge.
+func TestRefundAfterRefillAndCharge(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
+		e := newEnv(t)
+		p := newTwin(e)
+		lim := core.Limit{Algorithm: alg, Rate: 10, Period: time.Second}
+		i := 0
+		for _, size := range []int{1, 3} {
+			for _, charge := range []int{1, 3, 5, 12} {
+				for _, refill := range []time.Duration{100 * time.Millisecond, time.Second} {
+					p.next(i)
+					i++
+					e.adv(2 * time.Second)
+					a := p.solo(lim, size, "A")
+					e.adv(refill)
+					peek, err := e.l.Peek(ctx, lim.For(p.user), lim.For(p.tw))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _, err := e.l.Settle(ctx, peek, charge); err != nil {
+						t.Fatal(err)
+					}
+					e.logf("charge %d to both", charge)
+					p.refund(a, "A")
+					p.check(lim, fmt.Sprintf("%s: A %d, %v, charge %d", alg, size, refill, charge))
+				}
+			}
+		}
+	}
+}
+
+// TestBatchedReceipts: 16 callers take at one instant, so that their
+// decisions share script calls (the test checks that some did); then the
+// bucket is left to refill part or all of the way, others take, and the
+// batched receipts are given back in several orders. Each batched
+// receipt names one decision of a shared call: a give-back that took a
+// batch-mate's position for its own would count the wrong units as taken
+// since it.
+func TestBatchedReceipts(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
+		for _, refill := range []time.Duration{0, 300 * time.Millisecond, 3 * time.Second} {
+			for _, order := range []string{"forward", "backward", "alternate"} {
+				e := newEnv(t)
+				p := newTwin(e)
+				var calls atomic.Int64
+				e.rdb.AddHook(countHook{&calls})
+				lim := core.Limit{Algorithm: alg, Rate: 10, Period: time.Second, Burst: 30}
+				p.kept(lim, 2)
+				calls.Store(0)
+				const k = 16
+				out := make([]core.Result, k)
+				var wg sync.WaitGroup
+				for i := range k {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						r, err := e.l.Allow(ctx, 1+i%2, lim.For(p.user))
+						if err != nil || !r.Allowed {
+							t.Error(r, err)
+						}
+						out[i] = r
+					}()
+				}
+				wg.Wait()
+				if c := calls.Load(); c >= k {
+					t.Logf("%s: %d callers made %d script calls: none batched", alg, k, c)
+				}
+				e.logf("%d batched takes of 1 or 2 (%d script calls)", k, calls.Load())
+				e.adv(refill)
+				p.kept(lim, 3)
+				idx := make([]int, k)
+				for i := range idx {
+					switch order {
+					case "forward":
+						idx[i] = i
+					case "backward":
+						idx[i] = k - 1 - i
+					default:
+						idx[i] = (i * 5) % k
+					}
+				}
+				for j, i := range idx {
+					p.refund(out[i], fmt.Sprintf("#%d", i))
+					if j == k/2 {
+						p.kept(lim, 1)
+					}
+					p.check(lim, fmt.Sprintf("%s refill %v %s: after #%d", alg, refill, order, i))
+				}
+			}
+		}
+	}
+}
+
+// countHook counts the script calls a client sends.
+type countHook struct{ n *atomic.Int64 }
+
+func (countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch strings.ToLower(cmd.Name()) {
+		case "fcall", "evalsha", "eval":
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // TestRefundAfterReset measures a refund of a take made before a Reset of
