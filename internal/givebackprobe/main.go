@@ -22,10 +22,14 @@
 // negative loss is a user key ABOVE its counterfactual: a give-back gave
 // back more than was taken ("never above" broken), which the program flags.
 //
-// In slot, the bucket's Burst is large (default 1e6, pre-drained to half)
-// so that it never refills to full during a run: at capacity both keys
-// stand full and a loss would be hidden by the cap. In refund, others keep
-// the bucket near empty for the same reason.
+// In slot, the first run's Burst is large (1e6, pre-drained to half) so
+// that the bucket never refills to full during a run: at capacity both keys
+// stand full and a loss would be hidden by the cap, so lost / refusals is
+// the mean loss per refusal. The second run's is the bucket (burst
+// = rate = 1000, pre-drained to half): its twin refills to full, and the
+// figures are the user key's deficit at the end and how many requests the
+// user key itself refused, having lost its units to the refusals. In
+// refund, others keep the bucket near empty for the same reason.
 //
 //	go run ./internal/givebackprobe -addrs 127.0.0.1:6430,127.0.0.1:6431,127.0.0.1:6432
 //	go run ./internal/givebackprobe -addrs ... -only slot -runs 3 -refusals 4000
@@ -36,6 +40,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,7 +59,7 @@ var (
 	refusals = flag.Int("refusals", 4000, "slot: refused requests per run")
 	workers  = flag.Int("g", 16, "slot: concurrent goroutines")
 	rate     = flag.Int("rate", 1000, "slot: the user Limit's rate per second")
-	burst    = flag.Int("burst", 1000000, "slot: the user Limit's burst (large, so the bucket never caps)")
+	bursts   = flag.String("burst", "1000000,1000", "slot: the user Limit's bursts, one run each: large, so that the bucket never caps and the loss is the sum of the losses; the rate, the issue's bucket")
 	refunds  = flag.Int("n", 40, "refund: refunds per run")
 	rrate    = flag.Int("rrate", 100, "refund: the Limit's rate per second (burst = rate)")
 	delay    = flag.Duration("delay", 20*time.Millisecond, "refund: time from a take to its Refund")
@@ -83,7 +88,13 @@ func main() {
 		}
 		for run := 1; run <= *runs; run++ {
 			if *only == "" || *only == "slot" {
-				slotRun(ctx, rdb, l, alg, run)
+				for _, b := range strings.Split(*bursts, ",") {
+					burst, err := strconv.Atoi(b)
+					if err != nil || burst < 2 {
+						fail("burst %q", b)
+					}
+					slotRun(ctx, rdb, l, alg, run, burst)
+				}
 			}
 			if *only == "" || *only == "refund" {
 				refundRun(ctx, rdb, l, alg, run)
@@ -120,16 +131,16 @@ func peekLost(ctx context.Context, l *core.Limiter, user, twin core.Rule) (lost 
 	return r.Rules[1].Remaining - r.Rules[0].Remaining, r.Rules[0], r.Rules[1]
 }
 
-func slotRun(ctx context.Context, rdb *redis.ClusterClient, l *core.Limiter, alg core.Algorithm, run int) {
+func slotRun(ctx context.Context, rdb *redis.ClusterClient, l *core.Limiter, alg core.Algorithm, run, burst int) {
 	ut, gt := tags(ctx, rdb, "slot")
-	lim := core.Limit{Algorithm: alg, Rate: *rate, Period: time.Second, Burst: *burst}
+	lim := core.Limit{Algorithm: alg, Rate: *rate, Period: time.Second, Burst: burst}
 	user, twin := lim.For("{"+ut+"}user"), lim.For("{"+ut+"}twin")
 	global := core.Limit{Rate: 1, Period: time.Hour}.For("{" + gt + "}global")
 	if r, err := l.Allow(ctx, 1, global); err != nil || !r.Allowed {
 		fail("exhausting the global key: %v %v", r, err)
 	}
 	// Pre-drain both to half, so that neither refills to full in a run.
-	pre, err := l.Allow(ctx, *burst/2, user, twin)
+	pre, err := l.Allow(ctx, burst/2, user, twin)
 	if err != nil || !pre.Allowed {
 		fail("pre-drain: %v %v", pre, err)
 	}
@@ -164,14 +175,14 @@ func slotRun(ctx context.Context, rdb *redis.ClusterClient, l *core.Limiter, alg
 	// pre.At and nothing since, so it holds min(burst, burst/2 + refill).
 	// (For the leaky bucket, the same in queue room.)
 	refill := tw.At.Sub(pre.Rules[1].At) * time.Duration(*rate) / time.Second
-	model := min(*burst, *burst-*burst/2+int(refill))
+	model := min(burst, burst-burst/2+int(refill))
 	per := float64(lost) / float64(max(slotRefused.Load(), 1))
 	note := ""
 	if lost < 0 {
 		note = "  ABOVE THE COUNTERFACTUAL"
 	}
 	fmt.Printf("slot   %-11s run %d: %d/s burst %d, %d goroutines: %d refused by the later slot (%d by the user key, %d admitted, %d errors) in %v (%.0f/s); user %d, twin %d (clock model %d): lost %d = %.3f per refusal%s\n",
-		alg, run, *rate, *burst, *workers, slotRefused.Load(), userRefused.Load(), admitted.Load(), errs.Load(),
+		alg, run, *rate, burst, *workers, slotRefused.Load(), userRefused.Load(), admitted.Load(), errs.Load(),
 		took.Round(time.Millisecond), float64(slotRefused.Load())/took.Seconds(), u.Remaining, tw.Remaining, model, lost, per, note)
 }
 
