@@ -1,6 +1,7 @@
 package givebackattack
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -26,17 +27,28 @@ import (
 // user ends at Remaining 3, twin at 2: one unit above; with a take of 3
 // and the cap at 3, the whole take comes back (TestRefundAfterLimitChange
 // finds 2 above).
+//
+// With 6 kept before A, the key (2 after A) is below the new capacity when
+// it changes, so no read caps it: only its twin (4) is capped, to 3. A
+// give-back that bounds its loss by the units taken since (1) against the
+// receipt's capacity (10) gives A back whole: user 3, twin 2.
 func TestRefundAfterCapacityLoweredNeverAbove(t *testing.T) {
 	from := core.Limit{Rate: 10, Period: time.Second}
 	to := core.Limit{Rate: 10, Period: time.Second, Burst: 3}
-	for _, gap := range []time.Duration{0, time.Microsecond, 50 * time.Millisecond} {
-		e := newEnv(t)
-		p := newTwin(e)
-		a := p.solo(from, 2, "A")
-		e.adv(gap)
-		p.kept(to, 1)
-		p.refund(a, "A")
-		p.check(to, fmt.Sprintf("burst 10 to 3, refund %v after the take", gap))
+	for _, pre := range []int{0, 6} {
+		for _, gap := range []time.Duration{0, time.Microsecond, 50 * time.Millisecond} {
+			e := newEnv(t)
+			p := newTwin(e)
+			if pre > 0 {
+				p.kept(from, pre)
+			}
+			a := p.solo(from, 2, "A")
+			e.adv(gap)
+			p.kept(to, 1)
+			e.adv(time.Microsecond) // (not the take's µs: the give-back is not the exact one)
+			p.refund(a, "A")
+			p.check(to, fmt.Sprintf("burst 10 to 3, %d kept before, %v from A to the change", pre, gap))
+		}
 	}
 }
 
@@ -64,5 +76,54 @@ func TestRefundAfterRateRaisedNeverAbove(t *testing.T) {
 		p.kept(to, 3)
 		p.refund(a, "A")
 		p.check(to, fmt.Sprintf("%s 10/10s to 10/s", alg))
+	}
+}
+
+// TestPositionWrapNeverAbove: a bucket's count of units taken runs modulo
+// 2^52 (POS in core/scripts/prelude.lua). At the largest Limit (2^40 per
+// ms, burst 2^40), takes of what refilled, one every 999µs (so that the
+// key never stands full and expires, which would restart its count), take
+// 2^52 units in about 4.1 s: the count is back where A's take left it, the
+// units taken since A read as none, and a bound by those units lets A's
+// full burst come back on top of a bucket the takes since emptied,
+// although without A the bucket would have been capped within a
+// millisecond of it. On e40815a (no count) the strict rule gives back
+// nothing here.
+func TestPositionWrapNeverAbove(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4100 script calls")
+	}
+	ctx := context.Background()
+	const full = 1 << 40
+	const step = 999 * time.Microsecond
+	m := int(int64(full) * 999 / 1000) // what refills in a step, rounded down
+	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
+		e := newEnv(t)
+		p := newTwin(e)
+		lim := core.Limit{Algorithm: alg, Rate: full, Period: time.Millisecond}
+		if err := lim.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		a := p.solo(lim, full, "A")
+		left := int64(1) << 52
+		takes := 0
+		for left > 0 {
+			// (The odd remainder first, so that the last take is a whole
+			// step's refill and leaves the twin nearly empty.)
+			n := m
+			if takes == 0 {
+				n = int(left % int64(m))
+			}
+			e.adv(step)
+			r, err := e.l.Allow(ctx, n, lim.For(p.user), lim.For(p.tw))
+			if err != nil || !r.Allowed {
+				t.Fatalf("%s: kept take %d of %d: %v %v", alg, takes, n, r, err)
+			}
+			left -= int64(n)
+			takes++
+		}
+		e.logf("%d kept takes, 2^52 units in all, one every %v", takes, step)
+		p.refund(a, "A")
+		p.check(lim, fmt.Sprintf("%s: A's full take, 2^52 units taken since", alg))
 	}
 }
