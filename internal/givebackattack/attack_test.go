@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -223,6 +225,9 @@ func TestGiveBackFuzzNeverAbove(t *testing.T) {
 	seeds := 60
 	if testing.Short() {
 		seeds = 10
+	}
+	if n, err := strconv.Atoi(os.Getenv("GIVEBACK_SEEDS")); err == nil && n > 0 {
+		seeds = n // a longer hunt: GIVEBACK_SEEDS=1000
 	}
 	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
 		for li, lim := range limits {

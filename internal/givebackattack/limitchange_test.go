@@ -65,17 +65,29 @@ func TestRefundAfterCapacityLoweredNeverAbove(t *testing.T) {
 //
 // For the leaky bucket the same with queues: A's 3 drained in 0.3 s at
 // the new rate; the refund takes 2 off the others' queue.
+//
+// The second case raises the rate threefold with the same scale (10/s and
+// 3/100ms both count a unit as 100000 scaled units), so the state's scale
+// does not change: a give-back that trusted a Limit change only when the
+// scale changed would still give back 2 of 3 here (user 9, twin 7).
 func TestRefundAfterRateRaisedNeverAbove(t *testing.T) {
 	for _, alg := range []core.Algorithm{core.TokenBucket, core.LeakyBucket} {
-		from := core.Limit{Algorithm: alg, Rate: 10, Period: 10 * time.Second}
-		to := core.Limit{Algorithm: alg, Rate: 10, Period: time.Second}
-		e := newEnv(t)
-		p := newTwin(e)
-		a := p.solo(from, 3, "A")
-		e.adv(time.Second)
-		p.kept(to, 3)
-		p.refund(a, "A")
-		p.check(to, fmt.Sprintf("%s 10/10s to 10/s", alg))
+		for _, c := range []struct {
+			from, to core.Limit
+			after    time.Duration
+		}{
+			{core.Limit{Rate: 10, Period: 10 * time.Second}, core.Limit{Rate: 10, Period: time.Second}, time.Second},
+			{core.Limit{Rate: 10, Period: time.Second}, core.Limit{Rate: 3, Period: 100 * time.Millisecond, Burst: 10}, 100 * time.Millisecond},
+		} {
+			c.from.Algorithm, c.to.Algorithm = alg, alg
+			e := newEnv(t)
+			p := newTwin(e)
+			a := p.solo(c.from, 3, "A")
+			e.adv(c.after)
+			p.kept(c.to, 3)
+			p.refund(a, "A")
+			p.check(c.to, fmt.Sprintf("%s %v to %v", alg, c.from, c.to))
+		}
 	}
 }
 
