@@ -211,7 +211,7 @@ type receipt struct {
 // TestGiveBackFuzzNeverAbove: random interleavings of takes (alone and
 // batched at one instant), Refunds, Settles (below, at and above the
 // take), AllowAtMost, takes under user and a key in another slot,
-// refusals by a later slot (with and without time between the
+// charges (Settle of a Peek's receipt), refusals by a later slot (with and without time between the
 // slots), Resets (receipts of before one are dropped), and the clock moving by 1µs to 5s, on both buckets and
 // three Limits; after every step the key must be at or below the model
 // without the units given back. It prints the mean loss, so that an
@@ -268,6 +268,9 @@ func fuzzOnce(t *testing.T, lim core.Limit, seed uint64) (gapSum, checks int64) 
 			return receipt{}, false
 		}
 		i := rnd.IntN(len(held))
+		if rnd.IntN(2) == 0 {
+			i = len(held) - 1 // the latest take: the one a count of units taken may forget
+		}
 		r := held[i]
 		held = append(held[:i], held[i+1:]...)
 		return r, true
@@ -364,7 +367,19 @@ func fuzzOnce(t *testing.T, lim core.Limit, seed uint64) (gapSum, checks int64) 
 			} else {
 				e.logf("take %d (at most, or with a side key): denied", n)
 			}
-		case p < 80:
+		case p < 83:
+			// A charge of units never taken: Settle of a Peek's receipt.
+			k := 1 + rnd.IntN(3)
+			peek, err := e.l.Peek(ctx, user)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.l.Settle(ctx, peek, k); err != nil {
+				t.Fatal(err)
+			}
+			b.take(e.us(), k)
+			e.logf("charge %d", k)
+		case p < 85:
 			if err := e.l.Reset(ctx, user.Key); err != nil {
 				t.Fatal(err)
 			}
