@@ -92,15 +92,16 @@ func TestRefundAfterRateRaisedNeverAbove(t *testing.T) {
 }
 
 // TestPositionWrapNeverAbove: a bucket's count of units taken runs modulo
-// 2^52 (POS in core/scripts/prelude.lua). At the largest Limit (2^40 per
-// ms, burst 2^40), takes of what refilled, one every 999µs (so that the
-// key never stands full and expires, which would restart its count), take
-// 2^52 units in about 4.1 s: the count is back where A's take left it, the
-// units taken since A read as none, and a bound by those units lets A's
-// full burst come back on top of a bucket the takes since emptied,
-// although without A the bucket would have been capped within a
-// millisecond of it. On e40815a (no count) the strict rule gives back
-// nothing here.
+// 2^52 (POS in core/scripts/prelude.lua) and starts again only when the
+// bucket is found full. At the largest Limit (2^40 per ms, burst 2^40),
+// takes of what refilled, one every 999µs, never let it stand full, and
+// take 2^52 units in 4.1 s: the count is back where A's take left it, the
+// units taken since A read as none, and A's whole burst comes back on top
+// of a bucket the takes since emptied, although without A the bucket
+// would have been full a millisecond after it (user 2^40, twin 0.1% of
+// that, on 2d57f4f). A Limit this large is absurd; at 2^30 units a second
+// (a GiB/s of bytes) the same needs 48 days with the receipt held. On
+// e40815a (no count) the strict rule gives back nothing here.
 func TestPositionWrapNeverAbove(t *testing.T) {
 	if testing.Short() {
 		t.Skip("4100 script calls")
@@ -117,22 +118,28 @@ func TestPositionWrapNeverAbove(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := p.solo(lim, full, "A")
-		left := int64(1) << 52
-		takes := 0
+		// The odd remainder first, as soon as it has refilled (so that the
+		// bucket is never found full, which restarts its count), then
+		// takes of a whole step's refill, the last of which leaves the
+		// twin nearly empty.
+		r := int((int64(1) << 52) % int64(m))
+		e.adv(time.Duration((int64(r)*1000+full-1)/full) * time.Microsecond)
+		if res, err := e.l.Allow(ctx, r, lim.For(p.user), lim.For(p.tw)); err != nil || !res.Allowed {
+			t.Fatalf("%s: kept take of %d: %v %v", alg, r, res, err)
+		}
+		left := int64(1)<<52 - int64(r)
+		takes := 1
 		for left > 0 {
-			// (The odd remainder first, so that the last take is a whole
-			// step's refill and leaves the twin nearly empty.)
-			n := m
-			if takes == 0 {
-				n = int(left % int64(m))
-			}
 			e.adv(step)
-			r, err := e.l.Allow(ctx, n, lim.For(p.user), lim.For(p.tw))
-			if err != nil || !r.Allowed {
-				t.Fatalf("%s: kept take %d of %d: %v %v", alg, takes, n, r, err)
+			res, err := e.l.Allow(ctx, m, lim.For(p.user), lim.For(p.tw))
+			if err != nil || !res.Allowed {
+				t.Fatalf("%s: kept take %d of %d: %v %v", alg, takes, m, res, err)
 			}
-			left -= int64(n)
+			left -= int64(m)
 			takes++
+		}
+		if left != 0 {
+			t.Fatalf("%d units short of 2^52", -left)
 		}
 		e.logf("%d kept takes, 2^52 units in all, one every %v", takes, step)
 		p.refund(a, "A")
