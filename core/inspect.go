@@ -137,6 +137,16 @@ func stateInts(v string, lo, hi int) ([]int64, error) {
 	return out, nil
 }
 
+// bucketInts reads a bucket's five fields, of which the third is its
+// Limit's "<period>:<rate>[:<capacity>]": the period is the scale.
+func bucketInts(v string) ([]int64, error) {
+	f := strings.Fields(v)
+	if len(f) == 5 {
+		f[2], _, _ = strings.Cut(f[2], ":")
+	}
+	return stateInts(strings.Join(f, " "), 5, 5)
+}
+
 func count(name string, v int64) inspect.Field { return inspect.Field{Name: name, Value: float64(v)} }
 func instant(name string, µs int64) inspect.Field {
 	return inspect.Field{Name: name, Value: float64(µs), Time: true}
@@ -152,11 +162,11 @@ func ahead(fields []inspect.Field, start, now int64) []inspect.Field {
 	return fields
 }
 
-// tokenBucketState: "<tokens> <time> <scale> <taken> <epoch>", tokens in
-// 1/scale of a token, negative while in debt, as they were at time (taken
+// tokenBucketState: "<tokens> <time> <scale>:<rate>:<capacity> <taken>
+// <epoch>", tokens in 1/scale of a token, negative while in debt, as they were at time (taken
 // and epoch place a give-back's take: they are no quota, so not shown).
 func tokenBucketState(v string, _ int64) ([]inspect.Field, error) {
-	n, err := stateInts(v, 5, 5)
+	n, err := bucketInts(v)
 	if err != nil || n[2] <= 0 {
 		return nil, fmt.Errorf("holds %q, not a token bucket", v)
 	}
@@ -168,11 +178,11 @@ func tokenBucketState(v string, _ int64) ([]inspect.Field, error) {
 	return fields, nil
 }
 
-// leakyBucketState: "<queued> <time> <scale> <taken> <epoch>", queued in
+// leakyBucketState: "<queued> <time> <scale>:<rate> <taken> <epoch>", queued in
 // 1/scale of a unit (above the capacity while in debt), as they were at
 // time (taken and epoch: see tokenBucketState).
 func leakyBucketState(v string, _ int64) ([]inspect.Field, error) {
-	n, err := stateInts(v, 5, 5)
+	n, err := bucketInts(v)
 	if err != nil || n[2] <= 0 {
 		return nil, fmt.Errorf("holds %q, not a leaky bucket", v)
 	}

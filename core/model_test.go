@@ -299,9 +299,10 @@ func floorDiv(a, b int64) int64 { // b > 0
 // counts them (the period in ticks over the gcd), and carried to another
 // Limit's scale rounded down, as doubles compute it.
 type refTokenBucket struct {
-	p            params
-	has          bool
-	level, t, sc int64 // tokens at t, in the scale sc
+	p             params
+	has           bool
+	level, t, sc  int64 // tokens at t, in the scale sc
+	scCap, scRate int64 // the capacity they were held to, the rate they refilled at
 	takeCount
 }
 
@@ -312,10 +313,13 @@ type takeCount struct{ taken, epoch int64 }
 const posMod = 1 << 52
 
 // counts are the count and epoch a write at now stores: a new state's
-// epoch is now, and so is that of one whose Limit changed (changed).
+// epoch is now; one whose Limit changed (changed) starts just after now.
 func (c takeCount) counts(has, changed bool, now int64) takeCount {
-	if !has || changed {
+	switch {
+	case !has:
 		c.epoch = now
+	case changed:
+		c.epoch = now + 1 // (a take before the change, even at now, is of another epoch)
 	}
 	if !has {
 		c.taken = 0
@@ -331,15 +335,16 @@ func (c *takeCount) add(n int64) { c.taken = ((c.taken+n)%posMod + posMod) % pos
 // giveBack is what a refund of n units taken at stamp, at pos, restores
 // to a bucket room scaled units short of its end, whose last write was at
 // wt (see give_back in scripts/prelude.lua); it updates the count.
-func (c *takeCount) giveBack(p params, now, n, stamp, pos, wt, room int64) int64 {
-	if stamp <= 0 || room <= 0 {
+func (c *takeCount) giveBack(p params, now, n, stamp, pos, wt, room int64, changed bool) int64 {
+	if stamp <= 0 || room <= 0 || changed || c.epoch > stamp { // (a take of another epoch or Limit is owed nothing)
 		return 0
 	}
 	cost := n * p.period
 	give := cost
 	if wt <= stamp-p.tick || wt > stamp { // written since the take
-		give -= ceilDiv(max(0, now-stamp), p.tick) * p.rate
-		if pos > 0 && c.epoch <= stamp {
+		refill := ceilDiv(max(0, now-stamp), p.tick) * p.rate
+		give -= refill
+		if pos > 0 && float64(p.capacity*p.period+refill)/float64(p.period) < posMod/2 {
 			since := ((c.taken-pos)%posMod + posMod) % posMod
 			give = max(give, room-since*p.period)
 		}
@@ -395,11 +400,11 @@ func (b *refTokenBucket) loaded(now int64) takeCount {
 	if tokens, _ := b.at(now); tokens == full {
 		return takeCount{epoch: now} // (a full bucket starts a new count)
 	}
-	changed := b.sc != b.p.period || b.level > full
+	changed := b.sc != b.p.period || b.scCap != b.p.capacity || b.scRate != b.p.rate
 	return b.takeCount.counts(b.has, changed, now)
 }
 func (b *refTokenBucket) set(tokens, t int64, c takeCount) {
-	b.level, b.t, b.sc, b.has, b.takeCount = tokens, t, b.p.period, true, c
+	b.level, b.t, b.sc, b.scCap, b.scRate, b.has, b.takeCount = tokens, t, b.p.period, b.p.capacity, b.p.rate, true, c
 }
 func (b *refTokenBucket) commit(now, n int64) {
 	tokens, t := b.at(now)
@@ -414,7 +419,8 @@ func (b *refTokenBucket) refund(_, now, n, stamp, pos int64) bool {
 	}
 	tokens, t := b.at(now)
 	c := b.loaded(now)
-	give := c.giveBack(b.p, now, n, stamp, pos, wt, b.p.capacity*b.p.period-tokens)
+	changed := b.has && (b.sc != b.p.period || b.scCap != b.p.capacity || b.scRate != b.p.rate)
+	give := c.giveBack(b.p, now, n, stamp, pos, wt, b.p.capacity*b.p.period-tokens, changed)
 	if give <= 0 { // (stamp 0 names no decision)
 		return false
 	}
@@ -438,6 +444,7 @@ type refLeakyBucket struct {
 	p            params
 	has          bool
 	level, t, sc int64 // queued at t, in the scale sc
+	scRate       int64 // the rate they drained at
 	takeCount
 }
 
@@ -484,10 +491,10 @@ func (b *refLeakyBucket) loaded(now int64) takeCount {
 	if q, _ := b.at(now); q == 0 {
 		return takeCount{epoch: now} // (an empty queue starts a new count)
 	}
-	return b.takeCount.counts(b.has, b.sc != b.p.period, now)
+	return b.takeCount.counts(b.has, b.sc != b.p.period || b.scRate != b.p.rate, now)
 }
 func (b *refLeakyBucket) set(q, t int64, c takeCount) {
-	b.level, b.t, b.sc, b.has, b.takeCount = q, t, b.p.period, true, c
+	b.level, b.t, b.sc, b.scRate, b.has, b.takeCount = q, t, b.p.period, b.p.rate, true, c
 }
 func (b *refLeakyBucket) commit(now, n int64) {
 	q, t := b.at(now)
@@ -502,7 +509,7 @@ func (b *refLeakyBucket) refund(clock, now, n, stamp, pos int64) bool {
 	}
 	q, t := b.at(now)
 	c := b.loaded(now)
-	give := c.giveBack(b.p, now, n, stamp, pos, wt, q)
+	give := c.giveBack(b.p, now, n, stamp, pos, wt, q, b.has && (b.sc != b.p.period || b.scRate != b.p.rate))
 	if give <= 0 { // (stamp 0 names no decision)
 		return false
 	}

@@ -5,7 +5,8 @@
 -- State    one string key, "<queued> <time> <scale> <taken> <epoch>":
 --          queued units in scaled units (1/scale of a unit; more than
 --          capacity while the queue is in debt, CHARGE), time µs at which
---          queued was true, scale the period they were scaled by, and the
+--          queued was true, scale "<period>:<rate>" of the Limit they were
+--          kept under (period: the scale), and the
 --          units taken since epoch as the token bucket counts them (an
 --          empty queue starts a new epoch)
 -- Limit    params (see limit in the prelude): period in ticks / g, rate / g (the drain per tick in
@@ -24,22 +25,24 @@ local lb = {nkeys = 1, nparams = 6, pos = true}
 
 function lb.params(args, a)
   local period, rate = tonumber(args[a]), tonumber(args[a + 1])
-  return {period = period, rate = rate, full = tonumber(args[a + 2]) * period,
+  -- (scale: "<period>:<rate>", as the token bucket's.)
+  return {period = period, rate = rate, full = tonumber(args[a + 2]) * period, scale = args[a] .. ':' .. args[a + 1],
     max_delay = tonumber(args[a + 3]), tick = tonumber(args[a + 4]), debt = tonumber(args[a + 5])}
 end
 
 function lb.load(keys, k, vals, p)
-  local st = {key = keys[k], now = clock, t = clock, queued = 0, wt = 0, taken = 0, epoch = clock}
+  local st = {key = keys[k], now = clock, t = clock, queued = 0, wt = 0, taken = 0, epoch = clock, changed = false}
   local v = vals[k]
   if not v then return st end
-  local queued, t, scale, taken, epoch = match(v, '^(%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local queued, t, scale, taken, epoch = match(v, '^(%d+) (%d+) (%d+:%d+) (%d+) (%d+)$')
   if not epoch then corrupt(keys[k]) end
-  queued, t, scale = tonumber(queued), tonumber(t), tonumber(scale)
+  queued, t = tonumber(queued), tonumber(t)
   st.found, st.wt, st.taken, st.epoch = true, t, tonumber(taken), epoch -- (epoch: see tb_at)
   if t > clock then st.now = t end
-  if scale ~= p.period then
-    queued = ceil(queued / scale * p.period)
-    st.epoch = st.now
+  if scale ~= p.scale then
+    local period = tonumber(match(scale, '^%d+'))
+    if period ~= p.period then queued = ceil(queued / period * p.period) end
+    st.epoch, st.changed = st.now + 1, true -- (+ 1: see tb_at)
   end
   -- Drain by whole ticks since t; the time keeps what is left of a tick.
   local ticks = floor((st.now - t) / p.tick)
@@ -107,12 +110,12 @@ function lb.decide(st, p, n, mode, stamp, pos)
 end
 
 local function lb_encode(st)
-  if type_(st.epoch) == 'string' then return fmt('%d %d %d %d %s', st.queued, st.t, st.period, st.taken, st.epoch) end
-  return fmt('%d %d %d %d %d', st.queued, st.t, st.period, st.taken, st.epoch)
+  if type_(st.epoch) == 'string' then return fmt('%d %d %s %d %s', st.queued, st.t, st.scale, st.taken, st.epoch) end
+  return fmt('%d %d %s %d %d', st.queued, st.t, st.scale, st.taken, st.epoch)
 end
 
 function lb.save(st, p, reset, nonpeek)
-  st.period = p.period
+  st.scale = p.scale
   persist(st, reset, nonpeek, lb_encode)
 end
 

@@ -146,12 +146,16 @@ end
 -- of where it can go no further (a token bucket's full, a queue's empty).
 -- Had the units never been taken, the bucket would be up to n further at
 -- any time since, short only of what it lost standing against that end
--- meanwhile. The loss is known in three cases, and otherwise bounded so
--- that a give-back never leaves the bucket beyond the state without the
--- take (TestGiveBackModelSweep):
+-- meanwhile. A take before the state's epoch, or under another Limit
+-- than the state's (the give-back names its take's), is owed nothing:
+-- the bucket has been whole since (a full bucket's count starts again, as
+-- a new state's does), or its Limit changed, and a take placed against
+-- another Limit is not placed against this one. Otherwise the loss is known in
+-- three cases, and else bounded so that a give-back never leaves the
+-- bucket beyond the state without the take (TestGiveBackModelSweep):
 --   nothing written since the take: its level since only moved towards
 --     the end, so it lost exactly what it is now past room;
---   counted (the take's epoch, pos known): the level since the take was
+--   counted (pos known): the level since the take was
 --     never further from room than now plus the units taken since, so the
 --     loss is at most those units past room;
 --   otherwise each tick since the take is counted as lost.
@@ -159,12 +163,15 @@ end
 -- the count as if it had never been taken, so that a later give-back of
 -- an earlier take does not count it (take and refund alternating).
 local function give_back(st, p, n, stamp, pos, room)
-  if stamp <= 0 or room <= 0 then return 0 end
+  if stamp <= 0 or room <= 0 or st.changed or tonumber(st.epoch) > stamp then return 0 end
   local cost = n * p.period
   local give = cost
   if st.wt <= stamp - p.tick or st.wt > stamp then
-    give = cost - ceil(max(0, st.now - stamp) / p.tick) * p.rate
-    if pos > 0 and tonumber(st.epoch) <= stamp then
+    local refill = ceil(max(0, st.now - stamp) / p.tick) * p.rate
+    give = cost - refill
+    -- (While fewer than 2^51 units can have been taken since: the count
+    -- wraps at 2^52.)
+    if pos > 0 and (p.full + refill) / p.period < POS / 2 then
       give = max(give, room - (st.taken - pos) % POS * p.period)
     end
   end

@@ -1,13 +1,14 @@
 -- Token bucket: capacity tokens, initially full, refilled continuously at
 -- rate per period; a request of n takes n tokens if there are n.
 --
--- State    one string key, "<tokens> <time> <scale> <taken> <epoch>":
---          tokens in scaled units (1/scale of a token, so the refill per
---          tick is an integer), negative while the bucket is in debt
---          (CHARGE); time µs at which tokens was true; scale the period
---          they were scaled by; taken the units taken since epoch, the µs
---          this count began (the bucket was last found full, or its Limit
---          changed), modulo 2^52 (see POS)
+-- State    one string key, "<tokens> <time> <period>:<rate>:<capacity>
+--          <taken> <epoch>": tokens in scaled units (1/period of a token,
+--          so the refill per tick is an integer), negative while the bucket
+--          is in debt (CHARGE); time µs at which tokens was true; the
+--          Limit they were kept under (its params); taken the
+--          units taken since epoch, the µs this count began (the bucket
+--          was last found full, or its Limit changed), modulo 2^52 (see
+--          POS)
 -- Limit    params (see limit in the prelude): period in ticks / g, rate / g (the refill per tick in
 --          scaled units), capacity tokens, tick µs (1 unless the Limit is
 --          too large for µs to be exact), debt (the deepest debt, in scaled
@@ -23,11 +24,13 @@ local tb = {nkeys = 1, nparams = 5, pos = true}
 
 function tb.params(args, a)
   local period, rate = tonumber(args[a]), tonumber(args[a + 1])
-  -- (scale: the period as the spec spells it, which is how a state written
-  -- under this Limit spells its scale; comparing the strings saves a
-  -- tonumber on every call.)
+  -- (scale: "<period>:<rate>:<capacity>" as the spec spells them, which
+  -- is how a state written under this Limit spells its scale; comparing
+  -- the strings saves a tonumber on every call, and tells any change of
+  -- the Limit, which starts a new epoch: its takes were placed against
+  -- another bucket.)
   return {period = period, rate = rate, full = tonumber(args[a + 2]) * period, tick = tonumber(args[a + 3]),
-    debt = tonumber(args[a + 4]), scale = args[a]}
+    debt = tonumber(args[a + 4]), scale = args[a] .. ':' .. args[a + 1] .. ':' .. args[a + 2]}
 end
 
 -- tb_at is the bucket that state value v (nil: no state) holds at clock:
@@ -37,30 +40,31 @@ end
 local function tb_at(p, key, v)
   local full = p.full
   if not v then return full, clock, clock, 0, clock end
-  local tokens, t, scale, taken, epoch = match(v, '^(%-?%d+) (%d+) (%d+) (%d+) (%d+)$')
+  local tokens, t, scale, taken, epoch = match(v, '^(%-?%d+) (%d+) (%d+:%d+:%d+) (%d+) (%d+)$')
   if not epoch then corrupt(key) end
   -- (The epoch stays the string it was unless it changes: only a
   -- give-back reads it, and a take writes it back as it found it.)
   tokens, t, taken = tonumber(tokens), tonumber(t), tonumber(taken)
   local now = clock
   if t > clock then now = t end
-  if scale ~= p.scale then
-    tokens = floor(tokens / tonumber(scale) * p.period)
-    epoch = now
+  local changed = scale ~= p.scale
+  if changed then
+    local period = tonumber(match(scale, '^%d+'))
+    if period ~= p.period then tokens = floor(tokens / period * p.period) end
+    -- (A µs past now: a take before the change, even at this instant on a
+    -- clock that stands still or stepped back, is of another epoch.)
+    epoch = now + 1
   end
-  if tokens > full then
-    tokens = full
-    epoch = now
-  end
+  if tokens > full then tokens = full end
   -- Refill by whole ticks since t.
   local rate, tick = p.rate, p.tick
   local ticks = floor((now - t) / tick)
   if tokens < full and ticks < ceil((full - tokens) / rate) then
-    return tokens + ticks * rate, t + ticks * tick, now, taken, epoch
+    return tokens + ticks * rate, t + ticks * tick, now, taken, epoch, changed
   end
   -- (Full, it owes no take anything: its count starts again, as a new
   -- state's would, and stays short.)
-  return full, now, now, 0, now
+  return full, now, now, 0, now, changed
 end
 
 -- tb_waits are retry_after for need scaled units (0 when they are there)
@@ -72,19 +76,19 @@ local function tb_waits(p, tokens, t, need)
   return retry, reset
 end
 
-local function tb_value(tokens, t, period, taken, epoch)
-  if type_(epoch) == 'string' then return fmt('%d %d %d %d %s', tokens, t, period, taken, epoch) end
-  return fmt('%d %d %d %d %d', tokens, t, period, taken, epoch)
+local function tb_value(tokens, t, scale, taken, epoch)
+  if type_(epoch) == 'string' then return fmt('%d %d %s %d %s', tokens, t, scale, taken, epoch) end
+  return fmt('%d %d %s %d %d', tokens, t, scale, taken, epoch)
 end
 
 function tb.load(keys, k, vals, p)
-  local tokens, t, now, taken, epoch = tb_at(p, keys[k], vals[k])
+  local tokens, t, now, taken, epoch, changed = tb_at(p, keys[k], vals[k])
   -- (Every field is in the constructor: a table that grows rehashes.)
   -- (wt: the time the state was written at, which tells a refund whether
   -- anything was written since its take.)
   local wt = vals[k] and tonumber(match(vals[k], '^%-?%d+ (%d+) ')) or 0
-  return {key = keys[k], now = now, t = t, tokens = tokens, period = p.period, found = vals[k] ~= nil, dirty = false, wt = wt,
-    taken = taken, epoch = epoch}
+  return {key = keys[k], now = now, t = t, tokens = tokens, scale = p.scale, found = vals[k] ~= nil, dirty = false, wt = wt,
+    taken = taken, epoch = epoch, changed = changed}
 end
 
 function tb.decide(st, p, n, mode, stamp, pos)
@@ -121,7 +125,7 @@ function tb.decide(st, p, n, mode, stamp, pos)
 end
 
 local function tb_encode(st)
-  return tb_value(st.tokens, st.t, st.period, st.taken, st.epoch)
+  return tb_value(st.tokens, st.t, st.scale, st.taken, st.epoch)
 end
 
 function tb.save(st, p, reset, nonpeek)
@@ -143,7 +147,7 @@ function tb.take(key, v, p, n)
   if granted > 0 then need = 0 end
   local retry, reset = tb_waits(p, tokens, t, need)
   if granted > 0 then
-    write(key, tb_value(tokens, t, p.period, taken, epoch), reset)
+    write(key, tb_value(tokens, t, p.scale, taken, epoch), reset)
     retry = taken
   elseif v then
     keep(key, reset)
