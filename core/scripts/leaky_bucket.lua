@@ -34,13 +34,14 @@ function lb.load(keys, k, vals, p)
   local st = {key = keys[k], now = clock, t = clock, queued = 0, wt = 0, taken = 0, epoch = clock, changed = false}
   local v = vals[k]
   if not v then return st end
-  local queued, t, scale, taken, epoch = match(v, '^(%d+) (%d+) (%d+:%d+) (%d+) (%d+)$')
+  local queued, t, scale, taken, epoch = match(v, '^(%d+) (%d+) (%S+) (%d+) (%d+)$')
   if not epoch then corrupt(keys[k]) end
   queued, t = tonumber(queued), tonumber(t)
   st.found, st.wt, st.taken, st.epoch = true, t, tonumber(taken), epoch -- (epoch: see tb_at)
   if t > clock then st.now = t end
   if scale ~= p.scale then
-    local period = tonumber(match(scale, '^%d+'))
+    local period = tonumber(match(scale, '^(%d+):%d+$'))
+    if not period then corrupt(keys[k]) end
     if period ~= p.period then queued = ceil(queued / period * p.period) end
     st.epoch, st.changed = st.now + 1, true -- (+ 1: see tb_at)
   end

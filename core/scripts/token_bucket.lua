@@ -40,7 +40,7 @@ end
 local function tb_at(p, key, v)
   local full = p.full
   if not v then return full, clock, clock, 0, clock end
-  local tokens, t, scale, taken, epoch = match(v, '^(%-?%d+) (%d+) (%d+:%d+:%d+) (%d+) (%d+)$')
+  local tokens, t, scale, taken, epoch = match(v, '^(%-?%d+) (%d+) (%S+) (%d+) (%d+)$')
   if not epoch then corrupt(key) end
   -- (The epoch stays the string it was unless it changes: only a
   -- give-back reads it, and a take writes it back as it found it.)
@@ -49,7 +49,8 @@ local function tb_at(p, key, v)
   if t > clock then now = t end
   local changed = scale ~= p.scale
   if changed then
-    local period = tonumber(match(scale, '^%d+'))
+    local period = tonumber(match(scale, '^(%d+):%d+:%d+$'))
+    if not period then corrupt(key) end
     if period ~= p.period then tokens = floor(tokens / period * p.period) end
     -- (A µs past now: a take before the change, even at this instant on a
     -- clock that stands still or stepped back, is of another epoch.)
