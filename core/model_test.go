@@ -401,7 +401,7 @@ func (b *refTokenBucket) loaded(now int64) takeCount {
 		return takeCount{epoch: now} // (a full bucket starts a new count)
 	}
 	changed := b.sc != b.p.period || b.scCap != b.p.capacity || b.scRate != b.p.rate
-	return b.takeCount.counts(b.has, changed, now)
+	return b.counts(b.has, changed, now)
 }
 func (b *refTokenBucket) set(tokens, t int64, c takeCount) {
 	b.level, b.t, b.sc, b.scCap, b.scRate, b.has, b.takeCount = tokens, t, b.p.period, b.p.capacity, b.p.rate, true, c
@@ -491,7 +491,7 @@ func (b *refLeakyBucket) loaded(now int64) takeCount {
 	if q, _ := b.at(now); q == 0 {
 		return takeCount{epoch: now} // (an empty queue starts a new count)
 	}
-	return b.takeCount.counts(b.has, b.sc != b.p.period || b.scRate != b.p.rate, now)
+	return b.counts(b.has, b.sc != b.p.period || b.scRate != b.p.rate, now)
 }
 func (b *refLeakyBucket) set(q, t int64, c takeCount) {
 	b.level, b.t, b.sc, b.scRate, b.has, b.takeCount = q, t, b.p.period, b.p.rate, true, c
