@@ -71,9 +71,11 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // request) took but did not use: the request failed, or should not count.
 // A refund leaves the state the key would have had if the units had never
 // been taken (TestGiveBackRestoresSweep). A bucket others took from since
-// gets exactly that while it stays short of full, else less, never more
-// (TestGiveBackModelSweep, docs/limits.md). For Concurrency, Refund gives
-// the permit back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
+// gets exactly that while, without these units and those taken since, it
+// would not have filled up; else less, never more (TestGiveBackModelSweep).
+// A bucket's take made before its Limit changed or before a Reset gets
+// nothing back (internal/givebackattack; docs/limits.md). For
+// Concurrency, Refund gives the permit back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
 //
 // Refund or settle a receipt once. A retry after an error gives nothing
 // back twice for a receipt of several Rules (TestRetryGivesNothingTwice);
