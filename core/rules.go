@@ -70,12 +70,10 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // Refund gives back what taken (the Result of a call that admitted a
 // request) took but did not use: the request failed, or should not count.
 // A refund leaves the state the key would have had if the units had never
-// been taken (TestGiveBackRestoresSweep). A bucket others took from since
-// gets exactly that while, without these units and those taken since, it
-// would not have filled up; else less, never more (TestGiveBackModelSweep).
-// A bucket's take made before its Limit changed or before a Reset gets
-// nothing back (internal/givebackattack; docs/limits.md). For
-// Concurrency, Refund gives the permit back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
+// been taken (TestGiveBackRestoresSweep); a bucket others took from since,
+// exactly that unless it would have filled up meanwhile, then less, never
+// more; after a Limit change or a Reset, nothing (TestGiveBackModelSweep,
+// docs/limits.md). For Concurrency, Refund gives the permit back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
 //
 // Refund or settle a receipt once. A retry after an error gives nothing
 // back twice for a receipt of several Rules (TestRetryGivesNothingTwice);
