@@ -73,7 +73,8 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // been taken (TestGiveBackRestoresSweep); a bucket others took from since,
 // exactly that unless it would have filled up meanwhile, then less, never
 // more; after a Limit change or a Reset, nothing (TestGiveBackModelSweep,
-// docs/limits.md). For Concurrency, Refund gives the permit back. Zero a Rule's Result in taken.Rules to leave that Rule alone.
+// docs/limits.md). For Concurrency, Refund gives the permit back. Zero a
+// Rule's Result in taken.Rules to leave that Rule alone.
 //
 // Refund or settle a receipt once. A retry after an error gives nothing
 // back twice for a receipt of several Rules (TestRetryGivesNothingTwice);
