@@ -86,6 +86,16 @@ func TestFormatDirectory(t *testing.T) {
 	if _, err := load(dir, nil); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "d.yaml")) {
 		t.Errorf("load with a dangling link = %v; want an error naming it", err)
 	}
+	// A file removed between the directory's listing and its reading is
+	// the directory changing, not a bad configuration: it is left out of
+	// that look (TestReload counted a second refusal without this).
+	if stamp, err := stampOf([]string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "removed.yaml")}); err != nil ||
+		strings.Contains(stamp, "removed.yaml") {
+		t.Errorf("stampOf with a file removed = %q, %v; want it left out", stamp, err)
+	}
+	if _, err := stampOf([]string{filepath.Join(dir, "d.yaml")}); err == nil {
+		t.Error("stampOf of a dangling link: no error")
+	}
 	empty := t.TempDir()
 	if _, err := load(empty, nil); err == nil || !strings.Contains(err.Error(), "no .yaml or .yml file") {
 		t.Errorf("load(empty dir) = %v; want an error", err)

@@ -3,6 +3,7 @@ package envoylimit
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,6 +41,9 @@ func load(path string, m *metrics) (*ruleset, error) {
 	rs := &ruleset{domains: map[string]*domain{}, stamp: stamp}
 	for _, f := range files {
 		data, err := os.ReadFile(f)
+		if gone(f, err) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -83,6 +87,9 @@ func configFiles(path string) ([]string, error) {
 		// that leads nowhere is an error: skipped, its domain would go
 		// unlimited without a word.
 		fi, err := os.Stat(filepath.Join(path, n))
+		if gone(filepath.Join(path, n), err) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -110,6 +117,9 @@ func stampOf(files []string) (string, error) {
 	var b strings.Builder
 	for _, f := range files {
 		fi, err := os.Stat(f)
+		if gone(f, err) {
+			continue
+		}
 		if err != nil {
 			return "", err
 		}
@@ -123,4 +133,16 @@ func stampOf(files []string) (string, error) {
 		return "", errors.New("no configuration file")
 	}
 	return b.String(), nil
+}
+
+// gone reports whether err says that file, listed a moment ago, has been
+// removed since: the directory changed under the look, which says nothing
+// about the configuration, and the next look sees it whole. A link that
+// leads nowhere is still there (Lstat finds it): that is an error.
+func gone(file string, err error) bool {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	_, err = os.Lstat(file)
+	return errors.Is(err, fs.ErrNotExist)
 }

@@ -138,7 +138,10 @@ func (s *Server) reload(path, seen string) string {
 	}
 	s.rules.Store(rs)
 	s.logf(slog.LevelInfo, "envoylimit: configuration reloaded", "path", path, "domains", rs.names())
-	return stamp
+	// What was read, not what was looked at before: a file added between
+	// the two would otherwise be in force under a stamp without it, and
+	// its removal then looks like no change at all.
+	return rs.stamp
 }
 
 func (s *Server) logf(level slog.Level, msg string, args ...any) {
