@@ -27,14 +27,17 @@ import (
 //
 // Without A, B and C the bucket would hold 15 + 3 = 18 at 300 ms: never
 // full, so the claim says A comes back whole and user ends at 17.0. It
-// ends at 14.0: A's 3 units are lost (its refill since the take). The
+// ends at 14.0: A's 3 units are lost (its refill since the take). At
+// 500 ms the loss is 3 again, all of A, with 5 refilled since: the
+// doc's fallback bound, "below it by less than min(n, the refill since
+// the take)", is met with equality, not strictly. The
 // leaky bucket the same, with queues. The loss is on the strict side (no
 // over-give); it is what a CountIf policy pays whenever another request
 // of the key is refunded between a request's take and its own refund.
 func TestExactClaimWithATakeGivenBackBetween(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range buckets {
-		for _, refundA := range []time.Duration{40 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond} {
+		for _, refundA := range []time.Duration{40 * time.Millisecond, 100 * time.Millisecond, 300 * time.Millisecond, 500 * time.Millisecond} {
 			name := fmt.Sprintf("%s/refund-A-at=%v", alg, refundA)
 			t.Run(name, func(t *testing.T) {
 				e := newEnv(t)

@@ -89,9 +89,9 @@ func (p *cutProxy) conn(c net.Conn) {
 					dropping.Store(true)
 					_, _ = s.Write(chunk)
 					time.Sleep(100 * time.Millisecond) // the script runs; its reply is dropped
+					p.cuts.Add(1)
 					_ = c.Close()
 					_ = s.Close()
-					p.cuts.Add(1)
 					return
 				}
 			}
