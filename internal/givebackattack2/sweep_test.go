@@ -179,7 +179,18 @@ func sweepOnce(t *testing.T, alg core.Algorithm, seed uint64) int {
 			e.logf("%d concurrent takes of 1 under %v: up to #%d", k, cur, ids-1)
 		case p < 64: // the Limit changes (and back, later)
 			cur = limits[rnd.IntN(len(limits))]
-			e.logf("limit now %v", cur)
+			// Both keys see the new Limit at once (a charge of 1 writes
+			// them under it): a take under a new Limit converts its
+			// state (capping it at a lower capacity), and a twin that
+			// missed the change would be no twin.
+			pk, err := l.Peek(ctx, cur.For("user"), cur.For("twin"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Settle(ctx, pk, 1); err != nil {
+				t.Fatal(err)
+			}
+			e.logf("limit now %v (both charged 1 under it)", cur)
 		case p < 67: // the keys expire
 			e.adv(5 * time.Second)
 			e.logf("+5s: keys %v", e.mr.Keys())
