@@ -72,11 +72,29 @@ func sweepOnce(t *testing.T, alg core.Algorithm, seed uint64) int {
 		hs = append(hs[:i], hs[i+1:]...)
 		return h, true
 	}
+	// under is the Limit both keys were last written under: a take under
+	// another converts the taker's state alone (a lower capacity caps it),
+	// so both keys are first charged 1 under cur, which keeps twin a twin.
+	under := cur
+	both := func(lim core.Limit) {
+		pk, err := l.Peek(ctx, lim.For("user"), lim.For("twin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Settle(ctx, pk, 1); err != nil {
+			t.Fatal(err)
+		}
+		under = lim
+		e.logf("both charged 1 under %v", lim)
+	}
 	steps := []time.Duration{time.Microsecond, 9 * time.Microsecond, 4 * time.Millisecond, 60 * time.Millisecond, 250 * time.Millisecond, 900 * time.Millisecond}
 	for range 50 {
 		p := rnd.IntN(100)
 		switch {
 		case p < 22: // a take to give back
+			if under != cur {
+				both(cur)
+			}
 			n := 1 + rnd.IntN(min(3, cur.Capacity()))
 			r, err := l.Allow(ctx, n, cur.For("user"))
 			if err != nil {
@@ -112,6 +130,9 @@ func sweepOnce(t *testing.T, alg core.Algorithm, seed uint64) int {
 				}
 			}
 		case p < 32: // kept
+			if under != cur {
+				both(cur)
+			}
 			n := 1 + rnd.IntN(min(3, cur.Capacity()))
 			r, err := l.Allow(ctx, n, cur.For("user"), cur.For("twin"))
 			if err != nil {
@@ -125,7 +146,7 @@ func sweepOnce(t *testing.T, alg core.Algorithm, seed uint64) int {
 			}
 			via := []*core.Limiter{l, lb}[rnd.IntN(2)]
 			r := h.r
-			if h.lim != cur {
+			if h.lim != under {
 				// Both keys charged 1 under the receipt's Limit first, at
 				// this instant: a state not written since the Limit
 				// changed is still under the old one, and the give-back's
@@ -133,14 +154,7 @@ func sweepOnce(t *testing.T, alg core.Algorithm, seed uint64) int {
 				// rate, which a twin read under the new Limit would not
 				// (TestRefundAfterLimitChange in internal/givebackattack
 				// does the same with a kept take).
-				pk, err := l.Peek(ctx, h.lim.For("user"), h.lim.For("twin"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := l.Settle(ctx, pk, 1); err != nil {
-					t.Fatal(err)
-				}
-				e.logf("charged both 1 under %v", h.lim)
+				both(h.lim)
 			}
 			if rnd.IntN(4) == 0 {
 				r.At = r.At.Add(-time.Hour) // edited: a receipt names its take by its own stamp
@@ -157,6 +171,9 @@ func sweepOnce(t *testing.T, alg core.Algorithm, seed uint64) int {
 				e.logf("refund #%d (%d under %v)", h.id, r.Granted, h.lim)
 			}
 		case p < 56: // concurrent takes through the batching Limiter
+			if under != cur {
+				both(cur)
+			}
 			k := 2 + rnd.IntN(5)
 			out := make([]core.Result, k)
 			var wg sync.WaitGroup
@@ -183,14 +200,8 @@ func sweepOnce(t *testing.T, alg core.Algorithm, seed uint64) int {
 			// them under it): a take under a new Limit converts its
 			// state (capping it at a lower capacity), and a twin that
 			// missed the change would be no twin.
-			pk, err := l.Peek(ctx, cur.For("user"), cur.For("twin"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.Settle(ctx, pk, 1); err != nil {
-				t.Fatal(err)
-			}
-			e.logf("limit now %v (both charged 1 under it)", cur)
+			e.logf("limit now %v", cur)
+			both(cur)
 		case p < 67: // the keys expire
 			e.adv(5 * time.Second)
 			e.logf("+5s: keys %v", e.mr.Keys())
