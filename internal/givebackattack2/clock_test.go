@@ -39,7 +39,7 @@ func TestRefundAfterExpiryAndClockStepBack(t *testing.T) {
 			{"expiry", time.Second, -200 * time.Millisecond, 0},
 			{"expiry", time.Second, -200 * time.Millisecond, 50 * time.Millisecond},
 			{"expiry", 400 * time.Millisecond, -time.Microsecond, 0},
-			{"expiry", 400 * time.Millisecond, 0, 0}, // the clock back to A's very µs
+			{"expiry", 400 * time.Millisecond, 0, 0},           // the clock back to A's very µs
 			{"expiry", time.Second, 500 * time.Millisecond, 0}, // a step back, still after A: safe
 			{"reset", 0, -time.Millisecond, 0},
 			{"reset", 100 * time.Millisecond, 50 * time.Millisecond, 0},
