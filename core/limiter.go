@@ -235,7 +235,7 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 		return Result{}, err
 	}
 	row := pl.layers[0].row
-	if (mode == modeRefund || mode == modeCharge || mode == modeRenew) && taken.foreign(l.prefix, key, row, 0) {
+	if (mode == modeRefund || mode == modeCharge || mode == modeRenew) && taken.foreign(l, key, row, 0) {
 		return Result{}, errForeignReceipt
 	}
 	if mode == modeRefund && taken.Fallback && !row.ids {
@@ -247,7 +247,7 @@ func (l *Limiter) one(ctx context.Context, key string, limit Limit, n, mode int,
 		out[0].rule = Rule{Key: key, Limit: limit}
 	}
 	if out[0].Granted > 0 && (mode == modeConsume || mode == modeAtMost) {
-		out[0].owner = receipt(l.prefix, key, row, 0, out[0].Granted)
+		out[0].owner = receipt(l, key, row, 0, out[0].Granted)
 	}
 	return out[0], err
 }

@@ -1127,7 +1127,7 @@ func TestParseResultsPacked(t *testing.T) {
 func receiptFor(l *Limiter, rule Rule, granted int, stamp int64) Result {
 	r := Result{Allowed: granted > 0, Granted: granted, stamp: stamp, rule: rule}
 	if granted > 0 {
-		r.owner = receipt(l.prefix, rule.Key, rule.Limit.row(), 0, granted)
+		r.owner = receipt(l, rule.Key, rule.Limit.row(), 0, granted)
 	}
 	return r
 }

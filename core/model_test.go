@@ -336,7 +336,9 @@ func (c *takeCount) add(n int64) { c.taken = ((c.taken+n)%posMod + posMod) % pos
 // to a bucket room scaled units short of its end, whose last write was at
 // wt (see give_back in scripts/prelude.lua); it updates the count.
 func (c *takeCount) giveBack(p params, now, n, stamp, pos, wt, room int64, changed bool) int64 {
-	if stamp <= 0 || room <= 0 || changed || c.epoch > stamp { // (a take of another epoch or Limit is owed nothing)
+	// (A take of another epoch or Limit is owed nothing; nor one later than
+	// now, of a clock that stepped back since.)
+	if stamp <= 0 || room <= 0 || changed || stamp > now || c.epoch > stamp {
 		return 0
 	}
 	cost := n * p.period

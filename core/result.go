@@ -82,6 +82,9 @@ type Result struct {
 	// several is a decision of several Rules: their list, and which of
 	// them a Refund or Settle has given back, shared by the Result's copies.
 	several *receiptRules
+	// of is, in each of Rules, the decision it is a part of (its several),
+	// so that a receipt given another decision's part is refused.
+	of *receiptRules
 }
 
 // receiptRules is a decision of several Rules as its receipt holds it.
@@ -114,14 +117,17 @@ var errNoReceipt = fmt.Errorf("%w: the Result is no decision's (Allow, AllowAtMo
 var receiptSeed = maphash.MakeSeed()
 
 // receipt is the check a Result that took granted units from the state of
-// key under row, as layer (0: Allow's), of the Limiter with prefix,
-// carries: a checksum, not a secret. Never 0, which is a Result that names
-// no state: one made by hand (its stamp 0 names no decision, and gives
-// nothing back), or a Peek's or a denial's, which is no receipt.
-func receipt(prefix, key string, row *algorithm, layer, granted int) uint64 {
+// key under row, as layer (0: Allow's), of Limiter l, carries: a
+// checksum, not a secret. Never 0, which is a Result that names no state:
+// one made by hand (its stamp 0 names no decision, and gives nothing
+// back), or a Peek's or a denial's, which is no receipt. It names l's
+// prefix, not its Redis: Limiters of one prefix share receipts (one
+// batching, one not), also one on another Redis or database, which the
+// caller keeps apart (TestReceiptOfAnotherStoreSamePrefix).
+func receipt(l *Limiter, key string, row *algorithm, layer, granted int) uint64 {
 	var h maphash.Hash
 	h.SetSeed(receiptSeed)
-	h.WriteString(prefix)
+	h.WriteString(l.prefix)
 	h.WriteByte(0)
 	h.WriteString(key)
 	return max(h.Sum64()^uint64(row.script)<<8^uint64(layer)^uint64(granted)<<16, 1)
@@ -129,18 +135,18 @@ func receipt(prefix, key string, row *algorithm, layer, granted int) uint64 {
 
 // errForeignReceipt refuses a refund or a settle of units taken from
 // another state: it would give back units never taken.
-var errForeignReceipt = fmt.Errorf("%w: the Result is no receipt of this Limiter's key, algorithm and layer, or its Granted was changed", ErrInvalidCost)
+var errForeignReceipt = fmt.Errorf("%w: the Result is no receipt of this Limiter's key, algorithm and layer, its Granted was changed, or its Rules hold another decision's part", ErrInvalidCost)
 
 // foreign reports whether r is no receipt of units taken from key's state
-// under row, as layer, by the Limiter with prefix: another state's, one
+// under row, as layer, by Limiter l: another state's, one
 // whose Granted changed, or a Peek's or denial's given a Granted. (A
 // Result with neither check nor stamp is one made by hand: it names no
 // decision and gives nothing back.)
-func (r Result) foreign(prefix, key string, row *algorithm, layer int) bool {
+func (r Result) foreign(l *Limiter, key string, row *algorithm, layer int) bool {
 	if r.owner == 0 {
 		return r.stamp != 0 && r.Granted > 0
 	}
-	return r.owner != receipt(prefix, key, row, layer, r.Granted)
+	return r.owner != receipt(l, key, row, layer, r.Granted)
 }
 
 // errBadReply is returned when Redis answers with something the scripts

@@ -71,14 +71,14 @@ func (l *Limiter) Peek(ctx context.Context, rules ...Rule) (res Result, err erro
 // request) took but did not use: the request failed, or should not count.
 // A refund leaves the state the key would have had if the units had never
 // been taken (TestGiveBackRestoresSweep); a bucket others took from since,
-// exactly that unless it would have filled up meanwhile, then less, never
-// more; after a Limit change or a Reset, nothing (TestGiveBackModelSweep,
-// docs/limits.md). For Concurrency, Refund gives the permit back. Zero a
-// Rule's Result in taken.Rules to leave that Rule alone.
+// exactly that while far enough from full, else less, never more; after a
+// Limit change or a Reset, nothing (TestGiveBackModelSweep, docs/limits.md).
+// For Concurrency, Refund gives the permit back. Zero a Rule's Result in
+// taken.Rules to leave that Rule alone.
 //
-// Refund or settle a receipt once. A retry after an error gives nothing
-// back twice for a receipt of several Rules (TestRetryGivesNothingTwice);
-// for one Rule's, see docs/limits.md#receipts.
+// Refund or settle a receipt once, on the Limiter that made it. A retry
+// after an error gives nothing back twice for a receipt of several Rules
+// (TestRetryGivesNothingTwice); for one Rule's, see docs/limits.md#receipts.
 func (l *Limiter) Refund(ctx context.Context, taken Result) (err error) {
 	var one [1]Rule
 	rules := taken.rules(&one)
@@ -233,7 +233,7 @@ func (l *Limiter) several(ctx context.Context, rules []Rule, taken *Result, n, m
 	if verb == modeConsume || verb == modePeek {
 		res.several = &receiptRules{rules: append([]Rule(nil), rules...), done: make([]bool, len(rules))}
 		for i := range out {
-			out[i].rule = rules[i]
+			out[i].rule, out[i].of = rules[i], res.several
 		}
 	}
 	return res, nil
@@ -251,6 +251,14 @@ func receiptParts(taken *Result, nrules, mode int) (parts []Result, none bool, e
 		return nil, true, nil // nothing to give back or keep
 	case len(taken.Rules) != nrules:
 		return nil, false, fmt.Errorf("%w: a receipt of %d Rules for %d Rules", ErrInvalidCost, len(taken.Rules), nrules)
+	}
+	for i, p := range taken.Rules {
+		// Each part checks its own state; this, that it is this decision's
+		// (TestForgedRulePartOverGives: another decision's part, of a
+		// larger Granted, gave back 4 units never taken).
+		if p.Granted > 0 && p.of != taken.several {
+			return nil, false, fmt.Errorf("rule %d: %w", i, errForeignReceipt)
+		}
 	}
 	return taken.Rules, false, nil
 }

@@ -55,7 +55,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 			continue
 		}
 		if parts != nil {
-			if (mode == modeRefund || mode == modeCharge || mode == modeRenew) && lim.Algorithm.known() && parts[i].foreign(l.prefix, rules[i].Key, lim.row(), s.index[i]) {
+			if (mode == modeRefund || mode == modeCharge || mode == modeRenew) && lim.Algorithm.known() && parts[i].foreign(l, rules[i].Key, lim.row(), s.index[i]) {
 				return fmt.Errorf("rule %d: %w", i, errForeignReceipt)
 			}
 			if lim.Algorithm == Concurrency {
@@ -90,7 +90,7 @@ func (l *Limiter) decideSlot(ctx context.Context, s *slots, g int, rules []Rule,
 	for j, i := range pos[:k] {
 		out[i], s.asked[i] = sub[j], true
 		if sub[j].Granted > 0 && mode == modeConsume {
-			out[i].owner = receipt(l.prefix, rules[i].Key, limits[j].row(), index[j], sub[j].Granted)
+			out[i].owner = receipt(l, rules[i].Key, limits[j].row(), index[j], sub[j].Granted)
 		}
 	}
 	return nil

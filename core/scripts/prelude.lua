@@ -161,9 +161,13 @@ end
 --   otherwise each tick since the take is counted as lost.
 -- A give-back of the last take (none since) that restores it all leaves
 -- the count as if it had never been taken, so that a later give-back of
--- an earlier take does not count it (take and refund alternating).
+-- an earlier take does not count it (take and refund alternating). A take
+-- later than the state's now is of a clock that stepped back since: the
+-- state may have been whole and made again in between, under an epoch
+-- that reads as older than the take, so it is owed nothing
+-- (TestRefundAfterExpiryAndClockStepBack: 3 units above without this).
 local function give_back(st, p, n, stamp, pos, room)
-  if stamp <= 0 or room <= 0 or st.changed or tonumber(st.epoch) > stamp then return 0 end
+  if stamp <= 0 or room <= 0 or st.changed or stamp > st.now or tonumber(st.epoch) > stamp then return 0 end
   local cost = n * p.period
   local give = cost
   if st.wt <= stamp - p.tick or st.wt > stamp then
