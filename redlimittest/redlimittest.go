@@ -55,18 +55,21 @@ func Start(tb testing.TB) *Redis {
 func (r *Redis) Client() *redis.Client { return r.rdb }
 
 // NewLimiter returns a Limiter on r, with opts. It differs from
-// core.New's defaults in four ways, so that a test sees each decision as
+// core.New's defaults in five ways, so that a test sees each decision as
 // it is made: no logger (core.WithLogger(nil)); no circuit breaker
 // (core.WithBreaker(0, 0)), so decisions succeed again as soon as Up is
 // called; a timeout of 5s (core.WithTimeout), since an in-process Lua
 // under -race on a busy machine can be slower than the 100ms a real Redis
-// is given; and r's clock as the application clock, so
-// calendar Limits find their windows on it. Options given here come after those and override them.
-// An invalid option fails the test.
+// is given; a local fallback of one instance (core.WithLocalFallback(1,
+// 4096)), the test's process, not a fleet counted in the background,
+// which a test that calls Down at once may beat; and r's clock as the
+// application clock, so calendar Limits find their windows on it. Options
+// given here come after those and override them. An invalid option fails
+// the test.
 func (r *Redis) NewLimiter(opts ...core.Option) *core.Limiter {
 	r.tb.Helper()
 	l, err := core.New(r.rdb, append([]core.Option{core.WithLogger(nil), core.WithBreaker(0, 0), core.WithTimeout(5 * time.Second),
-		clock.With[core.Option](r.Now)}, opts...)...)
+		core.WithLocalFallback(1, 4096), clock.With[core.Option](r.Now)}, opts...)...)
 	if err != nil {
 		r.tb.Fatalf("redlimittest: %v", err)
 	}
