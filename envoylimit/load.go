@@ -42,7 +42,7 @@ func load(path string, m *metrics) (*ruleset, error) {
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if gone(f, err) {
-			continue
+			return nil, fmt.Errorf("%s: %w", f, errChanging)
 		}
 		if err != nil {
 			return nil, err
@@ -88,7 +88,7 @@ func configFiles(path string) ([]string, error) {
 		// unlimited without a word.
 		fi, err := os.Stat(filepath.Join(path, n))
 		if gone(filepath.Join(path, n), err) {
-			continue
+			return nil, fmt.Errorf("%s: %w", filepath.Join(path, n), errChanging)
 		}
 		if err != nil {
 			return nil, err
@@ -118,7 +118,7 @@ func stampOf(files []string) (string, error) {
 	for _, f := range files {
 		fi, err := os.Stat(f)
 		if gone(f, err) {
-			continue
+			return "", fmt.Errorf("%s: %w", f, errChanging)
 		}
 		if err != nil {
 			return "", err
@@ -135,10 +135,16 @@ func stampOf(files []string) (string, error) {
 	return b.String(), nil
 }
 
+// errChanging is a look that met the directory changing under it: a
+// file listed a moment ago is gone. That says nothing about the
+// configuration, and a configuration read half before and half after
+// the change could lack a domain that is only being rewritten: the last
+// good one stays, nothing is counted, and the next look reads it whole.
+var errChanging = errors.New("removed while the configuration was read")
+
 // gone reports whether err says that file, listed a moment ago, has been
-// removed since: the directory changed under the look, which says nothing
-// about the configuration, and the next look sees it whole. A link that
-// leads nowhere is still there (Lstat finds it): that is an error.
+// removed since. A link that leads nowhere is still there (Lstat finds
+// it): that is an error of the configuration.
 func gone(file string, err error) bool {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return false

@@ -131,6 +131,9 @@ func (s *Server) reload(path, seen string) string {
 	if err == nil {
 		rs, err = load(path, s.metrics)
 	}
+	if errors.Is(err, errChanging) {
+		return seen // look again at the next tick
+	}
 	s.metrics.loaded(err)
 	if err != nil {
 		s.logf(slog.LevelError, "envoylimit: configuration refused; the last good one stays", "path", path, "error", err)

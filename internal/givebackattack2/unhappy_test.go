@@ -220,8 +220,8 @@ func TestRefundReplyLostNotRetried(t *testing.T) {
 						if after-before > 3 {
 							t.Errorf("%s: %d units came back for a take of 3: the call was sent again", name, after-before)
 						}
-						if took > 3*time.Second {
-							t.Errorf("%s: %v, past the 2 s timeout", name, took)
+						if took > 4*time.Second { // (the timeout plus 2 s of a busy machine)
+							t.Errorf("%s: %v, far past the 2 s timeout", name, took)
 						}
 						// The caller retries.
 						if verb == "refund" {
@@ -283,7 +283,7 @@ func TestRefundRedisPausedBeyondTimeout(t *testing.T) {
 			}
 			after := r.remaining(user)
 			t.Logf("%s: Refund with Redis paused: %v after %v; Remaining %d -> %d once resumed", name, err, took.Round(time.Millisecond), before, after)
-			if err == nil || took > time.Second {
+			if err == nil || took > 2*time.Second { // (10 × the timeout: a busy 2-core machine under -race; a hang never returns)
 				t.Errorf("%s: Refund with Redis paused: err %v after %v, want an error within about 200ms", name, err, took)
 			}
 			err = l.Refund(ctx, a)
